@@ -1,0 +1,5 @@
+import sys
+
+from r1kit.cli import main
+
+sys.exit(main())

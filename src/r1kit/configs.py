@@ -1,0 +1,457 @@
+"""Configuration: the three argument dataclasses a recipe fills, and the strict parser that reads them.
+
+A recipe is a YAML file whose top-level keys are fields of `GRPOScriptArguments`, `GRPOConfig` (a `trl.GRPOConfig`
+subclass) or TRL's `ModelConfig`, plus an optional `env:` mapping exported to the environment. Command-line flags
+override the file. Unlike TRL's parser, an unknown key is an error that names the nearest valid key, and keys that
+Open-R1 recipes use but current TRL renamed or dropped are mapped (or ignored) with one warning each.
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+import os
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import trl
+import yaml
+from trl import ModelConfig, ScriptArguments, TrlParser
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_RECIPE = Path(__file__).parent / "recipes" / "demo_grpo.yaml"
+
+
+class ConfigError(ValueError):
+    """A recipe or command line that cannot run. The message says what to change."""
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Dataset mixtures (Open-R1 semantics)
+# --------------------------------------------------------------------------------------------------------------------
+@dataclass
+class DatasetConfig:
+    """One member of a dataset mixture.
+
+    Args:
+        id (`str`): Hub dataset id, local file (json/jsonl/csv/parquet) or local folder.
+        config (`str` or `None`, defaults to `None`): dataset configuration (subset) name.
+        split (`str`, defaults to `"train"`): split to load; slicing such as `train[:10]` works.
+        columns (`list[str]` or `None`, defaults to `None`): columns to keep.
+        weight (`float` or `None`, defaults to `None`): fraction of rows kept after a seeded shuffle.
+    """
+
+    id: str
+    config: str | None = None
+    split: str = "train"
+    columns: list[str] | None = None
+    weight: float | None = None
+
+
+@dataclass
+class DatasetMixtureConfig:
+    """A weighted mixture of datasets.
+
+    Args:
+        datasets (`list[DatasetConfig]`): the members.
+        seed (`int`, defaults to `0`): seed of the per-member shuffles, the final shuffle and the train/test split.
+        test_split_size (`float` or `None`, defaults to `None`): if set, the mixture is split into `train` and `test`.
+    """
+
+    datasets: list[DatasetConfig]
+    seed: int = 0
+    test_split_size: float | None = None
+
+
+def parse_dataset_mixture(mixture: Any) -> DatasetMixtureConfig:
+    """Turns the raw `dataset_mixture` mapping of a recipe into a `DatasetMixtureConfig` (Open-R1's rules)."""
+    if not isinstance(mixture, dict) or "datasets" not in mixture:
+        raise ConfigError(
+            "dataset_mixture must be a dictionary with a 'datasets' key. Expected format: {'datasets': [...], 'seed': int}"
+        )
+    if not isinstance(mixture["datasets"], list):
+        raise ConfigError("'datasets' must be a list of dataset configurations")
+    members = []
+    for i, entry in enumerate(mixture["datasets"]):
+        if not isinstance(entry, dict) or not entry.get("id"):
+            raise ConfigError(f"dataset_mixture.datasets[{i}] needs an 'id' (a Hub dataset id or a local path)")
+        unknown = set(entry) - {"id", "config", "split", "columns", "weight"}
+        if unknown:
+            raise ConfigError(
+                f"dataset_mixture.datasets[{i}] has unknown keys {sorted(unknown)}; "
+                "valid keys: id, config, split, columns, weight"
+            )
+        weight = entry.get("weight", 1.0)
+        if weight is not None and not (0.0 <= float(weight) <= 1.0):
+            raise ConfigError(f"dataset_mixture.datasets[{i}].weight must be in [0, 1] (fraction of rows kept), got {weight}")
+        members.append(
+            DatasetConfig(
+                id=entry["id"],
+                config=entry.get("config"),
+                split=entry.get("split", "train"),
+                columns=entry.get("columns"),
+                weight=weight,
+            )
+        )
+    column_sets = [set(m.columns) for m in members if m.columns is not None]
+    if column_sets and any(s != column_sets[0] for s in column_sets):
+        raise ConfigError(
+            "Column names must be consistent across all dataset configurations in a mixture. "
+            f"Found different column sets: {[sorted(s) for s in column_sets]}"
+        )
+    test_split_size = mixture.get("test_split_size")
+    if test_split_size is not None and not (0.0 < float(test_split_size) < 1.0):
+        raise ConfigError(f"dataset_mixture.test_split_size must be in (0, 1), got {test_split_size}")
+    return DatasetMixtureConfig(datasets=members, seed=mixture.get("seed", 0), test_split_size=test_split_size)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The three dataclasses of a recipe
+# --------------------------------------------------------------------------------------------------------------------
+@dataclass
+class GRPOScriptArguments(ScriptArguments):
+    """Data and reward arguments of a GRPO run (every field Open-R1 has, with its bugs fixed).
+
+    Args:
+        dataset_name (`str` or `None`, defaults to `None`): Hub id, local file or folder, or a built-in task
+            (`r1kit:addition`). Either this or `dataset_mixture` is required.
+        dataset_mixture (`dict` or `None`, defaults to `None`): `{datasets: [{id, config, split, columns, weight}],
+            seed, test_split_size}`; turned into a `DatasetMixtureConfig`.
+        dataset_prompt_column (`str`, defaults to `"prompt"`): column holding the user message.
+        reward_funcs (`list[str]`, defaults to `["accuracy", "format", "tag_count"]`): registry names (see
+            `r1kit rewards`) or import paths `package.module:function`.
+        cosine_min_value_wrong (`float`, defaults to `-1.0`): cosine reward of a wrong answer at length 0 (the most
+            penalised case; Open-R1's config default 0.0 inverted this).
+        cosine_max_value_wrong (`float`, defaults to `-0.5`): cosine reward of a wrong answer at `cosine_max_len`.
+        cosine_min_value_correct (`float`, defaults to `0.5`): cosine reward of a correct answer at `cosine_max_len`.
+        cosine_max_value_correct (`float`, defaults to `1.0`): cosine reward of a correct answer at length 0.
+        cosine_max_len (`int`, defaults to `1000`): length scale of the cosine reward (tokens when ids are given).
+        repetition_n_grams (`int`, defaults to `3`): n of the repetition penalty.
+        repetition_max_penalty (`float`, defaults to `-1.0`): most negative repetition penalty; must be <= 0.
+        max_completion_len (`int` or `None`, defaults to `None`): soft-overlong limit in tokens; `None` follows the
+            trainer's `max_completion_length`.
+        soft_punish_cache (`int` or `None`, defaults to `None`): width of the soft-overlong ramp in tokens; `None`
+            is a quarter of the limit.
+        code_language (`str`, defaults to `"python"`): fence language of `code_format` and the code rewards.
+        code_provider (`str`, defaults to `"local"`): sandbox for `code` / `binary_code`.
+        code_eval_test_batch_size (`int`, defaults to `1`): tests run at once per sample by `ioi_code` / `cf_code`.
+        code_eval_scoring_mode (`str`, defaults to `"weighted_sum"`): `cf_code` scoring.
+        parallel_code_exec_per_proc (`int` or `None`, defaults to `None`): sandbox concurrency per process; `None`
+            is the number of cores.
+        e2b_router_url (`str` or `None`), morph_router_url (`str` or `None`): routers for the remote sandboxes.
+        ioi_provider (`str`, defaults to `"piston"`): back end of `ioi_code`.
+        repetition_language (`str`, defaults to `"en"`): `en` (whitespace words) or `zh` (jieba).
+        format_think_prefilled (`bool` or `None`, defaults to `None`): accept completions that start inside the think
+            block; `None` turns it on when the chat template's generation prompt ends in `<think>`.
+        reward_timeout (`float`, defaults to `5.0`): seconds allowed to verify one math answer.
+        reward_workers (`int` or `None`, defaults to `None`): math-verify worker processes (cores, at most 8).
+    """
+
+    dataset_name: str | None = field(
+        default=None, metadata={"help": "Hub id, local file/folder or built-in task (r1kit:addition)."}
+    )
+    dataset_mixture: dict[str, Any] | None = field(
+        default=None, metadata={"help": "Mixture {datasets: [{id, config, split, columns, weight}], seed, test_split_size}."}
+    )
+    dataset_prompt_column: str = field(default="prompt", metadata={"help": "Column holding the user message."})
+    reward_funcs: list[str] = field(
+        default_factory=lambda: ["accuracy", "format", "tag_count"],
+        metadata={"help": "Reward names from `r1kit rewards`, or import paths package.module:function."},
+    )
+    cosine_min_value_wrong: float = field(default=-1.0, metadata={"help": "Cosine reward, wrong answer, length 0."})
+    cosine_max_value_wrong: float = field(default=-0.5, metadata={"help": "Cosine reward, wrong answer, max length."})
+    cosine_min_value_correct: float = field(default=0.5, metadata={"help": "Cosine reward, correct answer, max length."})
+    cosine_max_value_correct: float = field(default=1.0, metadata={"help": "Cosine reward, correct answer, length 0."})
+    cosine_max_len: int = field(default=1000, metadata={"help": "Cosine reward length scale."})
+    repetition_n_grams: int = field(default=3, metadata={"help": "n-gram size of the repetition penalty."})
+    repetition_max_penalty: float = field(default=-1.0, metadata={"help": "Most negative repetition penalty (<= 0)."})
+    max_completion_len: int | None = field(
+        default=None, metadata={"help": "Soft-overlong limit in tokens (default: the trainer's max_completion_length)."}
+    )
+    soft_punish_cache: int | None = field(
+        default=None, metadata={"help": "Soft-overlong ramp width in tokens (default: a quarter of the limit)."}
+    )
+    code_language: str = field(default="python", metadata={"help": "Fence language for code rewards (python, cpp)."})
+    code_provider: str = field(default="local", metadata={"help": "Sandbox: local, e2b, morph, piston."})
+    code_eval_test_batch_size: int = field(default=1, metadata={"help": "Tests per batch for ioi_code/cf_code."})
+    code_eval_scoring_mode: Literal["pass_fail", "partial", "weighted_sum"] = field(
+        default="weighted_sum", metadata={"help": "cf_code scoring mode."}
+    )
+    parallel_code_exec_per_proc: int | None = field(
+        default=None, metadata={"help": "Sandbox concurrency per process (default: number of cores)."}
+    )
+    e2b_router_url: str | None = field(default=None, metadata={"help": "E2B router host:port."})
+    morph_router_url: str | None = field(default=None, metadata={"help": "Morph router host:port."})
+    ioi_provider: str = field(default="piston", metadata={"help": "ioi_code back end: piston or local."})
+    repetition_language: str = field(default="en", metadata={"help": "Repetition penalty tokenisation: en or zh."})
+    format_think_prefilled: bool | None = field(
+        default=None,
+        metadata={"help": "Accept completions that start inside <think> (default: when the template pre-fills it)."},
+    )
+    reward_timeout: float = field(default=5.0, metadata={"help": "Seconds allowed to verify one math answer."})
+    reward_workers: int | None = field(
+        default=None, metadata={"help": "Processes verifying math answers (default: number of cores, at most 8)."}
+    )
+
+    def __post_init__(self):
+        if self.dataset_name is None and self.dataset_mixture is None:
+            raise ConfigError("Either `dataset_name` or `dataset_mixture` must be provided")
+        if isinstance(self.dataset_mixture, str):  # given as JSON on the command line
+            self.dataset_mixture = yaml.safe_load(self.dataset_mixture)
+        if self.dataset_mixture is not None and not isinstance(self.dataset_mixture, DatasetMixtureConfig):
+            self.dataset_mixture = parse_dataset_mixture(self.dataset_mixture)
+        if isinstance(self.reward_funcs, str):
+            self.reward_funcs = [name.strip() for name in self.reward_funcs.split(",") if name.strip()]
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def _world_size() -> int:
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def check_generation_batch(
+    num_generations: int,
+    per_device_train_batch_size: int,
+    gradient_accumulation_steps: int,
+    generation_batch_size: int | None,
+    steps_per_generation: int | None,
+    world_size: int,
+) -> None:
+    """Raises a `ConfigError` that lists the valid `num_generations` when the global generation batch is not made of
+    whole prompt groups."""
+    if generation_batch_size is not None and steps_per_generation is not None:
+        raise ConfigError("'generation_batch_size' and 'steps_per_generation' cannot both be set; keep one of them")
+    if generation_batch_size is not None:
+        batch, how = generation_batch_size, f"generation_batch_size {generation_batch_size}"
+    else:
+        steps = steps_per_generation or gradient_accumulation_steps
+        batch = per_device_train_batch_size * world_size * steps
+        how = (
+            f"per_device_train_batch_size {per_device_train_batch_size} x world size {world_size} x "
+            f"{'steps_per_generation' if steps_per_generation else 'gradient_accumulation_steps'} {steps}"
+        )
+    if num_generations < 2:
+        raise ConfigError(f"num_generations must be at least 2 (GRPO compares completions of one prompt), got {num_generations}")
+    if batch % num_generations:
+        valid = [g for g in range(2, batch + 1) if batch % g == 0]
+        raise ConfigError(
+            f"num_generations ({num_generations}) must divide the global generation batch ({how} = {batch}). "
+            f"Valid num_generations for this world size: {', '.join(map(str, valid)) or 'none (batch < 2)'}; "
+            "or change per_device_train_batch_size / gradient_accumulation_steps."
+        )
+
+
+@dataclass
+class GRPOConfig(trl.GRPOConfig):
+    """TRL's `GRPOConfig` plus Open-R1's additions and r1kit's resume policy.
+
+    Args:
+        benchmarks (`list[str]`, defaults to `[]`): benchmarks evaluated on each checkpoint by `evaluate_benchmarks`.
+        callbacks (`list[str]`, defaults to `[]`): callback names (see `r1kit.callbacks`).
+        chat_template (`str` or `None`, defaults to `None`): Jinja template replacing the tokenizer's.
+        system_prompt (`str` or `None`, defaults to `None`): system message prepended to every prompt.
+        hub_model_revision (`str`, defaults to `"main"`): base branch of checkpoint pushes.
+        push_to_hub_revision (`bool`, defaults to `False`): refuse to start if the revision already has content.
+        overwrite_hub_revision (`bool`, defaults to `False`): allow overwriting an existing revision.
+        num_completions_to_print (`int`, defaults to `0`): completions printed per logging step.
+        wandb_entity / wandb_project / wandb_run_group (`str` or `None`): exported as `WANDB_*` variables.
+        resume (`str`, defaults to `"auto"`): `auto` resumes from the newest complete checkpoint in `output_dir`,
+            `never` starts fresh, a path resumes from that checkpoint.
+        bf16 (`bool` or `None`, defaults to `None`): `None` means bf16 where a GPU supports it, fp32 otherwise;
+            `true` on a machine without a GPU becomes fp32 with a warning.
+    """
+
+    benchmarks: list[str] = field(default_factory=list, metadata={"help": "Benchmarks evaluated on each checkpoint."})
+    callbacks: list[str] = field(default_factory=list, metadata={"help": "Callbacks to run during training."})
+    chat_template: str | None = field(default=None, metadata={"help": "Chat template overriding the tokenizer's."})
+    system_prompt: str | None = field(default=None, metadata={"help": "System prompt prepended to every prompt."})
+    hub_model_revision: str | None = field(default="main", metadata={"help": "Base branch of checkpoint pushes."})
+    push_to_hub_revision: bool = field(default=False, metadata={"help": "Push each checkpoint to its own branch."})
+    overwrite_hub_revision: bool = field(default=False, metadata={"help": "Allow overwriting an existing revision."})
+    num_completions_to_print: int | None = field(default=0, metadata={"help": "Completions printed per log step."})
+    wandb_entity: str | None = field(default=None, metadata={"help": "W&B entity."})
+    wandb_project: str | None = field(default=None, metadata={"help": "W&B project."})
+    wandb_run_group: str | None = field(default=None, metadata={"help": "W&B run group."})
+    resume: str = field(default="auto", metadata={"help": "auto | never | path to a checkpoint."})
+
+    def __post_init__(self):
+        has_gpu = _cuda_available()
+        if self.bf16 is None:
+            self.bf16 = bool(has_gpu and not self.fp16)
+        elif self.bf16 and not has_gpu and not self.use_cpu:
+            warnings.warn("bf16: true needs a GPU and none was found; training in fp32 instead.", stacklevel=2)
+            self.bf16 = False
+        if self.fp16 and not has_gpu and not self.use_cpu:
+            warnings.warn("fp16: true needs a GPU and none was found; training in fp32 instead.", stacklevel=2)
+            self.fp16 = False
+        check_generation_batch(
+            self.num_generations,
+            self.per_device_train_batch_size,
+            self.gradient_accumulation_steps,
+            self.generation_batch_size,
+            self.steps_per_generation,
+            _world_size(),
+        )
+        super().__post_init__()
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Keys that Open-R1 recipes use but current TRL / transformers renamed or dropped
+# --------------------------------------------------------------------------------------------------------------------
+# old key -> (new key or None to drop, why). Applied only when the old key is not a valid key of the installed stack.
+KEY_MIGRATIONS: dict[str, tuple[str | None, str]] = {
+    "torch_dtype": ("dtype", "renamed to `dtype` in TRL's ModelConfig"),
+    "vllm_guided_decoding_regex": ("vllm_structured_outputs_regex", "renamed in TRL 1.x"),
+    "wandb_log_unique_prompts": ("log_unique_prompts", "renamed in TRL 1.x"),
+    "vllm_device": (None, "obsolete since TRL 0.17: vLLM placement follows `vllm_mode` (server or colocate)"),
+    "max_prompt_length": (None, "removed in TRL 1.x: the trainer no longer truncates prompts"),
+    "overwrite_output_dir": (None, "removed in transformers 5; r1kit's `resume` (auto | never | path) decides instead"),
+    "use_liger_loss": (None, "removed in TRL 1.x"),
+    "provider_type": ("code_provider", "Open-R1's README name for `code_provider`"),
+}
+
+
+def _liger_installed() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("liger_kernel") is not None
+
+
+def _make_parser() -> TrlParser:
+    return TrlParser((GRPOScriptArguments, GRPOConfig, ModelConfig))
+
+
+def _known_keys(parser: TrlParser) -> set[str]:
+    return {action.dest for action in parser._actions if action.dest != "help"}
+
+
+def _option_names(parser: TrlParser) -> set[str]:
+    return {opt for action in parser._actions for opt in action.option_strings}
+
+
+def _unknown_key_error(key: str, known: set[str], where: str) -> ConfigError:
+    matches = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.6)
+    hint = f"; did you mean '{matches[0]}'?" if matches else ""
+    return ConfigError(f"unknown key '{key}' {where}{hint}")
+
+
+def _migrate_key(key: str, known: set[str], seen: set[str]) -> str | None:
+    """The key to use instead of `key` (or None to drop it), warning once per key."""
+    if key == "use_liger_kernel" and key in known and not _liger_installed():
+        new, why = None, "liger-kernel is not installed (and TRL 1.16 deprecates this flag)"
+    else:
+        new, why = KEY_MIGRATIONS[key]
+    if key not in seen:
+        seen.add(key)
+        action = f"using `{new}`" if new else "ignoring it"
+        logger.warning("recipe key '%s': %s; %s.", key, why, action)
+        warnings.warn(f"recipe key '{key}': {why}; {action}.", stacklevel=3)
+    return new
+
+
+def _needs_migration(key: str, known: set[str], value: Any = True) -> bool:
+    if key == "use_liger_kernel":
+        return bool(value) and value != "false" and not _liger_installed()
+    return key in KEY_MIGRATIONS and key not in known
+
+
+def _normalise_yaml(config: dict[str, Any], known: set[str], seen: set[str], path: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in config.items():
+        if _needs_migration(key, known, value):
+            new = _migrate_key(key, known, seen)
+            if new is None:
+                continue
+            key = new
+        if key not in known:
+            raise _unknown_key_error(key, known, f"in {path}")
+        out[key] = value
+    return out
+
+
+def _normalise_cli(args: list[str], known: set[str], options: set[str], seen: set[str]) -> list[str]:
+    out: list[str] = []
+    i = 0
+    while i < len(args):
+        token = args[i]
+        if not token.startswith("--"):
+            out.append(token)
+            i += 1
+            continue
+        name, eq, value = token[2:].partition("=")
+        key = name.replace("-", "_")
+        if _needs_migration(key, known):
+            new = _migrate_key(key, known, seen)
+            if new is None:  # drop the flag and its value
+                has_value = not eq and i + 1 < len(args) and not args[i + 1].startswith("--")
+                i += 2 if has_value else 1
+                continue
+            token = f"--{new}{eq}{value}"
+        elif token.split("=")[0] not in options:
+            raise _unknown_key_error(name, known, "on the command line")
+        out.append(token)
+        i += 1
+    return out
+
+
+def load_recipe(path: str | os.PathLike) -> dict[str, Any]:
+    """Reads a recipe YAML into a mapping (the `env:` block included)."""
+    try:
+        with open(path) as f:
+            config = yaml.safe_load(f) or {}
+    except FileNotFoundError:
+        raise ConfigError(f"recipe not found: {path}") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"recipe {path} is not valid YAML: {e}") from None
+    if not isinstance(config, dict):
+        raise ConfigError(f"recipe {path} must contain a YAML mapping of keys to values")
+    return config
+
+
+def parse_args(
+    argv: list[str] | None = None, default_config: str | os.PathLike | None = DEFAULT_RECIPE
+) -> tuple[GRPOScriptArguments, GRPOConfig, ModelConfig]:
+    """Parses `--config recipe.yaml` plus command-line overrides into the three dataclasses, strictly.
+
+    Without `--config`, `default_config` is read (the embedded demo recipe). Raises `ConfigError` for unknown keys,
+    invalid mixtures and batch sizes that cannot hold whole prompt groups.
+    """
+    import sys
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    parser = _make_parser()
+    known, options = _known_keys(parser), _option_names(parser)
+    seen: set[str] = set()
+
+    config_path = default_config
+    if "--config" in args:
+        i = args.index("--config")
+        if i + 1 >= len(args):
+            raise ConfigError("--config needs a path to a recipe YAML")
+        config_path = args[i + 1]
+        del args[i : i + 2]
+    if config_path is not None:
+        config = load_recipe(config_path)
+        env = config.pop("env", None) or {}
+        if not isinstance(env, dict):
+            raise ConfigError("`env:` in a recipe must be a mapping of variable names to values")
+        for name, value in env.items():
+            os.environ[str(name)] = str(value)
+        parser.set_defaults_with_config(**_normalise_yaml(config, known, seen, str(config_path)))
+
+    args = _normalise_cli(args, known, options, seen)
+    try:
+        script_args, training_args, model_args = parser.parse_args_into_dataclasses(args=args)
+    except ConfigError:
+        raise
+    except ValueError as e:  # raised by a dataclass's own checks (TRL, transformers)
+        raise ConfigError(str(e)) from e
+    return script_args, training_args, model_args

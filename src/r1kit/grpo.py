@@ -1,0 +1,336 @@
+"""The GRPO pipeline: a recipe in, a trained model out, on TRL's `GRPOTrainer`.
+
+`main(script_args, training_args, model_args)` runs Open-R1's steps in order: seed, logging, checks, resume decision,
+W&B environment, dataset, tokenizer, model, rewards, prompts, trainer, train, metrics and state, final save, model
+card, optional evaluation and push. Everything that can be checked without weights is checked before the model loads.
+
+Launch it any of these ways:
+    r1kit grpo --config recipe.yaml
+    python -m r1kit.grpo --config recipe.yaml
+    accelerate launch -m r1kit.grpo --config recipe.yaml
+    torchrun --nproc_per_node 2 -m r1kit.grpo --config recipe.yaml
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import sys
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from r1kit.configs import ConfigError, GRPOConfig, GRPOScriptArguments, parse_args
+
+logger = logging.getLogger("r1kit")
+
+WEIGHT_FILES = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+    "adapter_model.safetensors",
+    "adapter_model.bin",
+)
+_CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Resume
+# --------------------------------------------------------------------------------------------------------------------
+def checkpoint_problem(path: Path) -> str | None:
+    """Why `path` cannot be resumed from, or None when it holds a readable trainer state and weights."""
+    state = path / "trainer_state.json"
+    if not state.is_file():
+        return "no trainer_state.json"
+    try:
+        json.loads(state.read_text())
+    except (OSError, ValueError):
+        return "trainer_state.json is unreadable (half-written?)"
+    if not any((path / name).is_file() for name in WEIGHT_FILES) and not any(path.glob("global_step*")):
+        return "no model weights"
+    return None
+
+
+def find_resume_checkpoint(output_dir: str, resume: str) -> str | None:
+    """The checkpoint to resume from under the `resume` policy: `auto` (newest complete checkpoint in `output_dir`),
+    `never`, or a path."""
+    if resume == "never":
+        if list(Path(output_dir).glob("checkpoint-*")):
+            logger.warning("resume: never, but %s holds checkpoints; starting fresh (they may be overwritten).", output_dir)
+        return None
+    if resume != "auto":
+        path = Path(resume)
+        if not path.is_dir():
+            raise ConfigError(f"resume: {resume} is neither 'auto', 'never' nor an existing checkpoint folder")
+        problem = checkpoint_problem(path)
+        if problem:
+            raise ConfigError(f"cannot resume from {resume}: {problem}")
+        return str(path)
+    folder = Path(output_dir)
+    if not folder.is_dir():
+        return None
+    candidates = sorted(
+        (int(m[1]), p) for p in folder.iterdir() if p.is_dir() and (m := _CHECKPOINT.match(p.name))
+    )
+    for _, path in reversed(candidates):
+        problem = checkpoint_problem(path)
+        if problem is None:
+            logger.info("Resuming from %s (resume: auto).", path)
+            return str(path)
+        logger.warning("Skipping incomplete checkpoint %s: %s.", path, problem)
+    return None
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Checks that need no weights
+# --------------------------------------------------------------------------------------------------------------------
+def validate_args(script_args: GRPOScriptArguments, training_args: GRPOConfig, model_args: Any) -> None:
+    """Cross-field rules, checked before anything loads. Raises `ConfigError`."""
+    from r1kit.rewards import check_reward_names
+
+    names = script_args.reward_funcs
+    if not names:
+        raise ConfigError("reward_funcs is empty: name at least one reward (see `r1kit rewards`)")
+    try:
+        check_reward_names(names)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    weights = training_args.reward_weights
+    if weights is not None and len(weights) != len(names):
+        raise ConfigError(
+            f"reward_weights has {len(weights)} weight(s) but reward_funcs has {len(names)} reward(s) {names}: "
+            "give one weight per reward, in the same order"
+        )
+    if "cosine" in names:
+        bounds = {
+            "cosine_min_value_wrong": script_args.cosine_min_value_wrong,
+            "cosine_max_value_wrong": script_args.cosine_max_value_wrong,
+            "cosine_min_value_correct": script_args.cosine_min_value_correct,
+            "cosine_max_value_correct": script_args.cosine_max_value_correct,
+        }
+        values = list(bounds.values())
+        if any(a > b for a, b in zip(values, values[1:])):
+            raise ConfigError(
+                "cosine bounds must be ordered min_value_wrong <= max_value_wrong <= min_value_correct <= "
+                f"max_value_correct, got {bounds}"
+            )
+        if script_args.cosine_max_len <= 0:
+            raise ConfigError(f"cosine_max_len must be positive, got {script_args.cosine_max_len}")
+    if "repetition_penalty" in names:
+        if script_args.repetition_max_penalty > 0:
+            raise ConfigError(f"repetition_max_penalty must be <= 0, got {script_args.repetition_max_penalty}")
+        if script_args.repetition_n_grams < 1:
+            raise ConfigError(f"repetition_n_grams must be >= 1, got {script_args.repetition_n_grams}")
+    if model_args.model_name_or_path is None:
+        raise ConfigError("model_name_or_path is required: a Hub id, a local folder or r1kit:tiny-random")
+    if training_args.resume not in ("auto", "never") and not Path(training_args.resume).is_dir():
+        raise ConfigError(f"resume: {training_args.resume} is neither 'auto', 'never' nor an existing checkpoint folder")
+
+
+def is_local_data(script_args: GRPOScriptArguments) -> bool:
+    """Whether the dataset can be read without a hub (so a dry run may check its columns)."""
+
+    def local(name: str) -> bool:
+        return name.startswith("r1kit:") or Path(os.path.expanduser(name)).exists()
+
+    if script_args.dataset_mixture is not None:
+        return all(local(m.id) for m in script_args.dataset_mixture.datasets)
+    return local(script_args.dataset_name)
+
+
+def prepare_dataset(script_args: GRPOScriptArguments, training_args: GRPOConfig):
+    """Loads the data, checks the rewards' columns and builds the conversational prompts."""
+    from r1kit.data import check_reward_columns, get_dataset, to_conversations
+
+    dataset = get_dataset(script_args)
+    split = script_args.dataset_train_split
+    if split not in dataset:
+        raise ConfigError(f"dataset_train_split '{split}' not found; splits: {', '.join(dataset)}")
+    check_reward_columns(script_args.reward_funcs, dataset[split].column_names, split)
+    return to_conversations(dataset, script_args.dataset_prompt_column, training_args.system_prompt)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The run
+# --------------------------------------------------------------------------------------------------------------------
+def setup_logging(training_args: GRPOConfig) -> None:
+    import datasets
+    import transformers
+
+    logging.basicConfig(
+        format="%(asctime)s - %(levelname)s - %(name)s - %(message)s",
+        datefmt="%Y-%m-%d %H:%M:%S",
+        handlers=[logging.StreamHandler(sys.stdout)],
+    )
+    level = training_args.get_process_log_level()  # the main process at log_level, the others at log_level_replica
+    logger.setLevel(level)
+    logging.getLogger("r1kit").setLevel(level)
+    datasets.utils.logging.set_verbosity(level)
+    transformers.utils.logging.set_verbosity(level)
+    transformers.utils.logging.enable_default_handler()
+    transformers.utils.logging.enable_explicit_format()
+
+
+def export_wandb_env(training_args: GRPOConfig) -> None:
+    if "wandb" not in (training_args.report_to or []):
+        return
+    for name, value in (
+        ("WANDB_ENTITY", training_args.wandb_entity),
+        ("WANDB_PROJECT", training_args.wandb_project),
+        ("WANDB_RUN_GROUP", training_args.wandb_run_group),
+    ):
+        if value is not None:
+            os.environ[name] = value
+
+
+def generation_prompt_ends_in_think(tokenizer) -> bool:
+    """Whether the chat template pre-fills `<think>` (R1-Distill style), so completions start inside the block."""
+    try:
+        text = tokenizer.apply_chat_template(
+            [{"role": "user", "content": "x"}], tokenize=False, add_generation_prompt=True
+        )
+    except Exception:  # noqa: BLE001 - no template, or one that needs other inputs
+        return False
+    return str(text).rstrip().endswith("<think>")
+
+
+def write_run_metadata(training_args: GRPOConfig, resumed_from: str | None, world_size: int) -> None:
+    import torch
+    import transformers
+    import trl
+
+    meta = {
+        "world_size": world_size,
+        "resumed_from": resumed_from,
+        "versions": {"torch": torch.__version__, "transformers": transformers.__version__, "trl": trl.__version__},
+        "argv": sys.argv,
+    }
+    Path(training_args.output_dir).mkdir(parents=True, exist_ok=True)
+    (Path(training_args.output_dir) / "r1kit_run.json").write_text(json.dumps(meta, indent=2))
+
+
+def build_trainer(script_args: GRPOScriptArguments, training_args: GRPOConfig, model_args: Any, dataset, callbacks=()):
+    """Tokenizer, model, rewards and `GRPOTrainer`, as Open-R1 builds them."""
+    from trl import GRPOTrainer, get_peft_config
+
+    from r1kit.modeling import get_model, get_tokenizer
+    from r1kit.rewards import get_reward_funcs
+
+    tokenizer = get_tokenizer(model_args, training_args)
+    if script_args.format_think_prefilled is None:
+        script_args.format_think_prefilled = generation_prompt_ends_in_think(tokenizer)
+    model = get_model(model_args, training_args)
+    reward_funcs = get_reward_funcs(script_args, training_args)
+    eval_dataset = None
+    if training_args.eval_strategy != "no":
+        if script_args.dataset_test_split not in dataset:
+            raise ConfigError(
+                f"eval_strategy is '{training_args.eval_strategy}' but the dataset has no split "
+                f"'{script_args.dataset_test_split}'; splits: {', '.join(dataset)}"
+            )
+        eval_dataset = dataset[script_args.dataset_test_split]
+    return GRPOTrainer(
+        model=model,
+        reward_funcs=reward_funcs,
+        args=training_args,
+        train_dataset=dataset[script_args.dataset_train_split],
+        eval_dataset=eval_dataset,
+        peft_config=get_peft_config(model_args),
+        callbacks=list(callbacks),
+        processing_class=tokenizer,
+    )
+
+
+def main(script_args: GRPOScriptArguments, training_args: GRPOConfig, model_args: Any) -> dict:
+    """Runs a GRPO recipe end to end; returns the training metrics."""
+    from transformers import set_seed
+
+    set_seed(training_args.seed)
+    setup_logging(training_args)
+    world_size = training_args.world_size
+    logger.warning(
+        "Process rank %s / world size %s, device %s, distributed: %s, bf16: %s",
+        training_args.process_index,
+        world_size,
+        training_args.device,
+        training_args.parallel_mode.value,
+        training_args.bf16,
+    )
+    logger.info("Script arguments %s", script_args)
+    logger.info("Training arguments %s", training_args)
+    logger.info("Model arguments %s", model_args)
+
+    validate_args(script_args, training_args, model_args)
+    checkpoint = find_resume_checkpoint(training_args.output_dir, training_args.resume)
+    export_wandb_env(training_args)
+    dataset = prepare_dataset(script_args, training_args)
+    trainer = build_trainer(script_args, training_args, model_args, dataset)
+    if trainer.accelerator.is_main_process:
+        write_run_metadata(training_args, checkpoint, world_size)
+
+    logger.info("*** Train ***")
+    train_result = trainer.train(resume_from_checkpoint=checkpoint)
+    metrics = train_result.metrics
+    metrics["train_samples"] = len(dataset[script_args.dataset_train_split])
+    trainer.log_metrics("train", metrics)
+    trainer.save_metrics("train", metrics)
+    trainer.save_state()
+
+    logger.info("*** Save model ***")
+    tokenizer = trainer.processing_class
+    trainer.model.generation_config.eos_token_id = tokenizer.eos_token_id  # so that pipeline() stops at EOS
+    trainer.save_model(training_args.output_dir)
+    if trainer.accelerator.is_main_process:
+        try:
+            trainer.create_model_card(dataset_name=script_args.dataset_name, tags=["r1kit"])
+        except Exception as e:  # noqa: BLE001 - a model card is never worth a lost run
+            logger.warning("Could not write the model card: %s", e)
+        trainer.model.config.use_cache = True
+        trainer.model.config.save_pretrained(training_args.output_dir)
+
+    if training_args.do_eval:
+        if trainer.eval_dataset is None:
+            logger.warning("do_eval is set but there is no eval dataset (eval_strategy: no); skipping evaluation.")
+        else:
+            logger.info("*** Evaluate ***")
+            eval_metrics = trainer.evaluate()
+            eval_metrics["eval_samples"] = len(trainer.eval_dataset)
+            trainer.log_metrics("eval", eval_metrics)
+            trainer.save_metrics("eval", eval_metrics)
+
+    if training_args.push_to_hub:
+        logger.info("Pushing to the Hub...")
+        trainer.push_to_hub(dataset_name=script_args.dataset_name, tags=["r1kit"])
+    return metrics
+
+
+def dry_run(script_args: GRPOScriptArguments, training_args: GRPOConfig, model_args: Any) -> str:
+    """Checks a recipe without loading a model; returns the resolved configuration as YAML."""
+    import yaml
+
+    validate_args(script_args, training_args, model_args)
+    if is_local_data(script_args):
+        prepare_dataset(script_args, training_args)
+    else:
+        logger.info("Dataset %s is remote: its columns are checked when the run starts.", script_args.dataset_name)
+
+    def plain(obj):
+        data = obj.to_dict() if hasattr(obj, "to_dict") else asdict(obj)
+        return {k: v for k, v in data.items() if isinstance(v, (str, int, float, bool, list, dict, type(None)))}
+
+    resolved = {
+        "script_arguments": plain(script_args),
+        "model_arguments": plain(model_args),
+        "training_arguments": plain(training_args),
+        "resume_from": find_resume_checkpoint(training_args.output_dir, training_args.resume),
+    }
+    return yaml.safe_dump(resolved, sort_keys=False)
+
+
+if __name__ == "__main__":
+    from r1kit.cli import grpo_command
+
+    sys.exit(grpo_command(sys.argv[1:]))

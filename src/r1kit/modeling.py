@@ -1,0 +1,168 @@
+"""Tokenizer and model loading: Hub ids, local folders and r1kit's built-in models, with the CPU-safe fallbacks
+(fp32 instead of bf16, sdpa instead of flash-attention) that let a GPU recipe run on a laptop."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+BUILTIN_PREFIX = "r1kit:"
+BUILTIN_MODELS = ("tiny-random",)
+# Characters of the built-in character-level tokenizer: enough for arithmetic prompts and R1-style tags.
+CHARS = "0123456789+-*/=.,:;!?()[]{}<>'\"_^$\\|&%#@~ \nabcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+SPECIALS = ["<pad>", "<|im_start|>", "<|im_end|>"]
+TAG_TOKENS = ["<think>", "</think>", "<answer>", "</answer>"]  # normal tokens: TRL decodes skipping specials
+CHAT_TEMPLATE = (
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>\n' }}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("R1KIT_CACHE", Path.home() / ".cache" / "r1kit"))
+
+
+def build_char_tokenizer():
+    """A character-level tokenizer (single-token tags, ChatML template, eos `<|im_end|>`), built offline."""
+    from tokenizers import AddedToken, Tokenizer, models
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {tok: i for i, tok in enumerate(SPECIALS + list(dict.fromkeys(CHARS)))}
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token=None, ignore_merges=True))
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIALS])
+    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in TAG_TOKENS])
+    hf = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token="<|im_end|>",
+        pad_token="<pad>",
+        bos_token=None,
+        unk_token=None,
+        padding_side="left",
+        model_max_length=1024,
+    )
+    hf.chat_template = CHAT_TEMPLATE
+    return hf
+
+
+def build_tiny_llama(tokenizer, hidden_size: int = 64, layers: int = 2, heads: int = 4, seed: int = 0):
+    """A randomly initialised Llama sized for tests and CPU smoke runs (~100 k parameters at the defaults)."""
+    import torch
+    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=max(1, heads // 2),
+        max_position_embeddings=1024,
+        tie_word_embeddings=True,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=None,
+    )
+    model = LlamaForCausalLM(config)
+    model.generation_config = GenerationConfig(eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    return model
+
+
+def resolve_model_path(name: str) -> str:
+    """A path or Hub id for `name`; `r1kit:<model>` is built (once) into r1kit's cache folder."""
+    if not name.startswith(BUILTIN_PREFIX):
+        return name
+    which = name[len(BUILTIN_PREFIX) :]
+    if which not in BUILTIN_MODELS:
+        raise ValueError(f"unknown built-in model '{name}'; available: {', '.join(BUILTIN_PREFIX + m for m in BUILTIN_MODELS)}")
+    folder = cache_dir() / "models" / which
+    if not (folder / "config.json").exists():
+        tokenizer = build_char_tokenizer()
+        model = build_tiny_llama(tokenizer)
+        tmp = folder.with_name(folder.name + f".tmp{os.getpid()}")
+        tokenizer.save_pretrained(tmp)
+        model.save_pretrained(tmp)
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            tmp.rename(folder)
+        except OSError:  # another process built it first
+            import shutil
+
+            shutil.rmtree(tmp, ignore_errors=True)
+    return str(folder)
+
+
+def get_tokenizer(model_args: Any, training_args: Any):
+    """The model's tokenizer, with the recipe's chat template and a pad token (eos) when it has none."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(
+        resolve_model_path(model_args.model_name_or_path),
+        revision=model_args.model_revision,
+        trust_remote_code=getattr(training_args, "trust_remote_code", False),
+    )
+    if getattr(training_args, "chat_template", None) is not None:
+        tokenizer.chat_template = training_args.chat_template
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def _dtype(name: str | None, has_gpu: bool):
+    import torch
+
+    if name in (None, "auto"):
+        return name
+    dtype = getattr(torch, name, None)
+    if not isinstance(dtype, torch.dtype):
+        raise ValueError(f"unknown dtype '{name}'; use auto, float32, bfloat16 or float16")
+    if dtype in (torch.bfloat16, torch.float16) and not has_gpu:
+        logger.warning("dtype %s requested but no GPU found: loading the model in float32.", name)
+        return torch.float32
+    return dtype
+
+
+def _attn_implementation(name: str | None, has_gpu: bool) -> str | None:
+    if name and name.startswith("flash_attention"):
+        import importlib.util
+
+        if not has_gpu or importlib.util.find_spec("flash_attn") is None:
+            logger.warning("attn_implementation %s needs a GPU and flash-attn: using sdpa instead.", name)
+            return "sdpa"
+    return name
+
+
+def model_init_kwargs(model_args: Any, training_args: Any) -> dict:
+    """Keyword arguments of `from_pretrained` for this recipe (dtype, attention, quantisation, cache)."""
+    import torch
+    from trl import get_quantization_config
+
+    has_gpu = torch.cuda.is_available()
+    quantization_config = get_quantization_config(model_args)
+    if quantization_config is not None and not has_gpu:
+        raise ValueError("load_in_4bit / load_in_8bit need a CUDA GPU (bitsandbytes); remove them to train on CPU")
+    kwargs = {
+        "revision": model_args.model_revision,
+        "trust_remote_code": getattr(training_args, "trust_remote_code", False),
+        "attn_implementation": _attn_implementation(model_args.attn_implementation, has_gpu),
+        "dtype": _dtype(model_args.dtype, has_gpu),
+        "use_cache": not getattr(training_args, "gradient_checkpointing", False),
+    }
+    if quantization_config is not None:
+        from accelerate import PartialState
+
+        kwargs["quantization_config"] = quantization_config
+        kwargs["device_map"] = {"": PartialState().local_process_index}
+    return kwargs
+
+
+def get_model(model_args: Any, training_args: Any):
+    """Loads the causal LM a recipe names."""
+    from transformers import AutoModelForCausalLM
+
+    path = resolve_model_path(model_args.model_name_or_path)
+    return AutoModelForCausalLM.from_pretrained(path, **model_init_kwargs(model_args, training_args))

@@ -1,0 +1,148 @@
+"""Rewards on the shape of a completion: format, tag_count, reasoning_steps, repetition, length limits, code fences."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+from r1kit.rewards._text import per_sample, texts
+
+TAGS = ("<think>", "</think>", "<answer>", "</answer>")
+_SHAPE = re.compile(r"\A\s*(?P<open><think>)?(?P<think>.*?)</think>\s*<answer>(?P<answer>.*?)</answer>\s*\Z", re.DOTALL)
+
+
+def think_answer_parts(text: str, think_prefilled: bool = False) -> tuple[str, str] | None:
+    """(think, answer) when `text` is exactly one think block then one answer block and nothing else.
+
+    With `think_prefilled`, the opening `<think>` may be missing (it sits in the prompt, as with R1-Distill templates).
+    """
+    match = _SHAPE.match(text)
+    if match is None or (match["open"] is None and not think_prefilled):
+        return None
+    think, answer = match["think"], match["answer"]
+    if any(tag in think or tag in answer for tag in TAGS):
+        return None
+    return think, answer
+
+
+def make_format_reward(script_args: Any, training_args: Any = None) -> Callable:
+    prefilled = bool(getattr(script_args, "format_think_prefilled", False))
+
+    def format_reward(completions, **kwargs) -> list[float]:
+        return [1.0 if think_answer_parts(t, prefilled) is not None else 0.0 for t in texts(completions)]
+
+    return format_reward
+
+
+def make_tag_count_reward(script_args: Any, training_args: Any = None) -> Callable:
+    prefilled = bool(getattr(script_args, "format_think_prefilled", False))
+
+    def tag_count_reward(completions, **kwargs) -> list[float]:
+        rewards = []
+        for text in texts(completions):
+            counts = {tag: text.count(tag) for tag in TAGS}
+            if prefilled and counts["<think>"] == 0:
+                counts["<think>"] = 1
+            rewards.append(0.25 * sum(c == 1 for c in counts.values()))
+        return rewards
+
+    return tag_count_reward
+
+
+_STEP = re.compile(r"Step \d+:|^[ \t]*\d+\.\s|^[ \t]*[-*•][ \t]|\b(?:First|Second|Next|Finally),", re.MULTILINE)
+
+
+def make_reasoning_steps_reward(script_args: Any, training_args: Any = None) -> Callable:
+    def reasoning_steps_reward(completions, **kwargs) -> list[float]:
+        return [min(1.0, len(_STEP.findall(t)) / 3) for t in texts(completions)]
+
+    return reasoning_steps_reward
+
+
+def _words(text: str, language: str) -> list[str]:
+    if language == "en":
+        return text.lower().split()
+    if language == "zh":
+        try:
+            import jieba
+        except ImportError:
+            raise ImportError("repetition_penalty with language 'zh' needs jieba: pip install jieba") from None
+        return list(jieba.cut(text))
+    raise ValueError(f"repetition_penalty language must be 'en' or 'zh', got {language!r}")
+
+
+def repetition_penalty(text: str, n: int, max_penalty: float, language: str = "en") -> float:
+    """(1 - unique n-grams / n-grams) * max_penalty; 0.0 for texts shorter than n words."""
+    words = _words(text, language)
+    if len(words) < n:
+        return 0.0
+    ngrams = [tuple(words[i : i + n]) for i in range(len(words) - n + 1)]
+    return (1 - len(set(ngrams)) / len(ngrams)) * max_penalty
+
+
+def make_repetition_penalty_reward(script_args: Any, training_args: Any = None) -> Callable:
+    n, max_penalty = script_args.repetition_n_grams, script_args.repetition_max_penalty
+    language = getattr(script_args, "repetition_language", "en")
+    if max_penalty > 0:
+        raise ValueError(f"max_penalty {max_penalty} should not be positive")
+    if n < 1:
+        raise ValueError(f"repetition_n_grams must be >= 1, got {n}")
+    _words("", language)  # fail now, not mid-training, on an unknown language
+
+    def repetition_penalty_reward(completions, **kwargs) -> list[float]:
+        return [repetition_penalty(t, n, max_penalty, language) for t in texts(completions)]
+
+    return repetition_penalty_reward
+
+
+def soft_overlong_limits(script_args: Any, training_args: Any = None) -> tuple[int, int]:
+    """(limit, ramp width) in tokens: the configured values, else the trainer's `max_completion_length` and a
+    quarter of it, so that the punishment fires within what the trainer can generate."""
+    limit = script_args.max_completion_len or getattr(training_args, "max_completion_length", None) or 16384
+    cache = script_args.soft_punish_cache if script_args.soft_punish_cache is not None else max(1, limit // 4)
+    if not 0 < cache <= limit:
+        raise ValueError(f"soft_punish_cache ({cache}) must be in (0, max_completion_len ({limit})]")
+    return limit, cache
+
+
+def make_soft_overlong_punishment(script_args: Any, training_args: Any = None) -> Callable:
+    limit, cache = soft_overlong_limits(script_args, training_args)
+
+    def soft_overlong_punishment_reward(completions=None, completion_ids=None, **kwargs) -> list[float | None]:
+        if completion_ids is None:  # lengths unknown: cannot judge
+            return [None] * len(completions or [])
+        rewards = []
+        for ids in completion_ids:
+            length = len(ids)
+            if length <= limit - cache:
+                rewards.append(0.0)
+            elif length <= limit:
+                rewards.append((limit - cache - length) / cache)
+            else:
+                rewards.append(-1.0)
+        return rewards
+
+    return soft_overlong_punishment_reward
+
+
+def fenced_blocks(text: str, language: str) -> list[str]:
+    """Contents of the fenced code blocks of `language` in `text`, in order."""
+    pattern = re.compile(r"```" + re.escape(language) + r"[ \t]*\n(.*?)```", re.DOTALL | re.IGNORECASE)
+    return pattern.findall(text)
+
+
+def make_code_format_reward(script_args: Any, training_args: Any = None) -> Callable:
+    default_language = script_args.code_language
+    prefilled = bool(getattr(script_args, "format_think_prefilled", False))
+
+    def code_format_reward(completions, language=None, **kwargs) -> list[float]:
+        languages = per_sample(language, len(completions))
+        rewards = []
+        for text, lang in zip(texts(completions), languages):
+            parts = think_answer_parts(text, prefilled)
+            ok = parts is not None and bool(fenced_blocks(parts[1], lang or default_language))
+            rewards.append(1.0 if ok else 0.0)
+        return rewards
+
+    return code_format_reward

@@ -1,0 +1,124 @@
+"""Rewards that check a math answer against the `solution` column: accuracy, cosine, length.
+
+All three judge correctness the same way (`r1kit.rewards.verify`), so a gold that parses for one parses for all, and
+all three score an unparseable gold `None` and count it in `rewards/<name>/unparseable_gold`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from itertools import groupby
+from typing import Any
+
+from r1kit.rewards._text import per_sample, texts
+from r1kit.rewards.verify import CORRECT, TIMEOUT, UNPARSEABLE_GOLD, judge_batch
+
+
+def _judge(script_args: Any, name: str, completions, solution, log_metric) -> list[str]:
+    golds = per_sample(solution, len(completions))
+    outcomes = judge_batch(
+        golds,
+        texts(completions),
+        timeout=getattr(script_args, "reward_timeout", 5.0),
+        workers=getattr(script_args, "reward_workers", None),
+    )
+    if log_metric is not None:
+        log_metric(f"rewards/{name}/unparseable_gold", float(sum(o == UNPARSEABLE_GOLD for o in outcomes)))
+        log_metric(f"rewards/{name}/timeouts", float(sum(o == TIMEOUT for o in outcomes)))
+    return outcomes
+
+
+def make_accuracy_reward(script_args: Any, training_args: Any = None) -> Callable:
+    def accuracy_reward(completions, solution=None, log_metric=None, **kwargs) -> list[float | None]:
+        outcomes = _judge(script_args, "accuracy", completions, solution, log_metric)
+        return [None if o == UNPARSEABLE_GOLD else float(o == CORRECT) for o in outcomes]
+
+    return accuracy_reward
+
+
+def _lengths(completions, completion_ids) -> list[int]:
+    """Token counts when the ids are given, else characters."""
+    if completion_ids is not None:
+        return [len(ids) for ids in completion_ids]
+    return [len(t) for t in texts(completions)]
+
+
+def cosine_scaled(correct: bool, length: int, max_len: int, bounds: tuple[float, float, float, float]) -> float:
+    """Open-R1's cosine length scaling with the ratio clamped at 1 (no wrap-around past `max_len`).
+
+    `bounds` = (min_value_wrong, max_value_wrong, min_value_correct, max_value_correct); length 0 gets the
+    `max_value_correct` / `min_value_wrong` end, `max_len` and beyond the other.
+    """
+    min_wrong, max_wrong, min_correct, max_correct = bounds
+    lo, hi = (min_correct, max_correct) if correct else (max_wrong, min_wrong)
+    progress = min(1.0, length / max_len)
+    return lo + 0.5 * (hi - lo) * (1.0 + math.cos(progress * math.pi))
+
+
+def make_cosine_reward(script_args: Any, training_args: Any = None) -> Callable:
+    bounds = (
+        script_args.cosine_min_value_wrong,
+        script_args.cosine_max_value_wrong,
+        script_args.cosine_min_value_correct,
+        script_args.cosine_max_value_correct,
+    )
+    max_len = script_args.cosine_max_len
+
+    def cosine_scaled_reward(
+        completions, solution=None, completion_ids=None, log_metric=None, **kwargs
+    ) -> list[float | None]:
+        outcomes = _judge(script_args, "cosine", completions, solution, log_metric)
+        return [
+            None if o == UNPARSEABLE_GOLD else cosine_scaled(o == CORRECT, n, max_len, bounds)
+            for o, n in zip(outcomes, _lengths(completions, completion_ids))
+        ]
+
+    return cosine_scaled_reward
+
+
+def _group_slices(prompts, n: int) -> list[range]:
+    """Runs of consecutive samples sharing a prompt (TRL lays a prompt's completions side by side)."""
+    if prompts is None:
+        return [range(n)]
+    slices, start = [], 0
+    for _, run in groupby(repr(p) for p in prompts):
+        size = sum(1 for _ in run)
+        slices.append(range(start, start + size))
+        start += size
+    return slices
+
+
+def kimi_length_rewards(correct: list[bool | None], lengths: list[int]) -> list[float | None]:
+    """Kimi 1.5 length reward over one group: lambda = 0.5 - (L - min) / (max - min); a wrong answer gets min(0, lambda).
+    `None` in `correct` (unjudgeable) stays None and does not set the group's min/max."""
+    judged = [n for c, n in zip(correct, lengths) if c is not None]
+    if not judged:
+        return [None] * len(correct)
+    lo, hi = min(judged), max(judged)
+    out: list[float | None] = []
+    for c, n in zip(correct, lengths):
+        if c is None:
+            out.append(None)
+        elif hi == lo:
+            out.append(0.0)
+        else:
+            lam = 0.5 - (n - lo) / (hi - lo)
+            out.append(lam if c else min(0.0, lam))
+    return out
+
+
+def make_length_reward(script_args: Any, training_args: Any = None) -> Callable:
+    def len_reward(
+        completions, solution=None, completion_ids=None, prompts=None, log_metric=None, **kwargs
+    ) -> list[float | None]:
+        outcomes = _judge(script_args, "length", completions, solution, log_metric)
+        correct = [None if o == UNPARSEABLE_GOLD else o == CORRECT for o in outcomes]
+        lengths = _lengths(completions, completion_ids)
+        rewards: list[float | None] = [None] * len(completions)
+        for group in _group_slices(prompts, len(completions)):
+            for i, r in zip(group, kimi_length_rewards([correct[i] for i in group], [lengths[i] for i in group])):
+                rewards[i] = r
+        return rewards
+
+    return len_reward

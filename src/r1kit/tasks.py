@@ -1,0 +1,53 @@
+"""Built-in tasks that r1kit generates itself, so that a run needs no dataset hub.
+
+`dataset_name: r1kit:addition` in a recipe selects multi-digit addition: a `prompt` column asking for the sum in
+`<think>…</think><answer>…</answer>` form and a `solution` column holding the sum, which the `accuracy` reward checks
+with math-verify. Train and test problems never overlap: every pair (a, b) is assigned to one split by a hash.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+
+ADDITION_PROMPT = "{a}+{b}="
+TASKS = ("addition",)
+
+
+def _split_of(a: int, b: int, test_fraction: float) -> str:
+    digest = hashlib.sha256(f"{a}+{b}".encode()).digest()
+    return "test" if int.from_bytes(digest[:4], "big") / 2**32 < test_fraction else "train"
+
+
+def addition_problems(
+    split: str, size: int, seed: int = 0, low: int = 10, high: int = 999, test_fraction: float = 0.1
+) -> list[dict]:
+    """`size` distinct addition problems of `split` ("train" or "test"), reproducible from `seed`."""
+    if split not in ("train", "test"):
+        raise ValueError(f"split must be 'train' or 'test', got {split!r}")
+    rng = random.Random(f"{seed}-{split}")
+    seen: set[tuple[int, int]] = set()
+    rows = []
+    limit = 200 * size + 1000
+    while len(rows) < size and limit:
+        limit -= 1
+        a, b = rng.randint(low, high), rng.randint(low, high)
+        if (a, b) in seen or _split_of(a, b, test_fraction) != split:
+            continue
+        seen.add((a, b))
+        rows.append({"prompt": ADDITION_PROMPT.format(a=a, b=b), "solution": str(a + b), "a": a, "b": b})
+    return rows
+
+
+def load_task(name: str, train_size: int = 2000, test_size: int = 200, seed: int = 0):
+    """The built-in task `name` as a `DatasetDict` with `train` and `test` splits."""
+    from datasets import Dataset, DatasetDict
+
+    if name != "addition":
+        raise ValueError(f"unknown built-in task 'r1kit:{name}'; available: {', '.join('r1kit:' + t for t in TASKS)}")
+    return DatasetDict(
+        {
+            "train": Dataset.from_list(addition_problems("train", train_size, seed)),
+            "test": Dataset.from_list(addition_problems("test", test_size, seed)),
+        }
+    )
