@@ -22,10 +22,22 @@ def grpo_command(argv: list[str]) -> int:
 
         print(grpo.__doc__.strip())
         print("\nEvery field of GRPOScriptArguments, GRPOConfig and TRL's ModelConfig is a --flag that overrides the")
-        print("recipe. --dry-run validates the recipe (keys, cross-field rules, local dataset columns) and prints it.")
+        print("recipe. --dry-run validates the recipe (keys, cross-field rules, local dataset columns) and prints it;")
+        print("add --world-size N to check it as launched on N processes.")
         return 0
     dry = "--dry-run" in argv
     argv = [a for a in argv if a != "--dry-run"]
+    if "--world-size" in argv:  # check the recipe as it would be launched on N processes
+        i = argv.index("--world-size")
+        if not dry or i + 1 >= len(argv) or not argv[i + 1].isdigit():
+            print("r1kit: error: --world-size N goes with --dry-run", file=sys.stderr)
+            return 2
+        import os
+
+        from r1kit.configs import WORLD_SIZE_ENV
+
+        os.environ[WORLD_SIZE_ENV] = argv[i + 1]
+        del argv[i : i + 2]
 
     from r1kit.configs import ConfigError, parse_args
     from r1kit.grpo import dry_run, main

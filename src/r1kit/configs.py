@@ -29,6 +29,13 @@ class ConfigError(ValueError):
     """A recipe or command line that cannot run. The message says what to change."""
 
 
+class ConfigWarning(UserWarning):
+    """A recipe value r1kit changed (renamed key, dropped key, bf16 without a GPU)."""
+
+
+WORLD_SIZE_ENV = "R1KIT_CHECK_WORLD_SIZE"  # set by `--dry-run --world-size N` to check a recipe as launched on N ranks
+
+
 # --------------------------------------------------------------------------------------------------------------------
 # Dataset mixtures (Open-R1 semantics)
 # --------------------------------------------------------------------------------------------------------------------
@@ -214,7 +221,7 @@ def _cuda_available() -> bool:
 
 
 def _world_size() -> int:
-    return int(os.environ.get("WORLD_SIZE", "1"))
+    return int(os.environ.get(WORLD_SIZE_ENV) or os.environ.get("WORLD_SIZE") or 1)
 
 
 def check_generation_batch(
@@ -287,19 +294,30 @@ class GRPOConfig(trl.GRPOConfig):
         if self.bf16 is None:
             self.bf16 = bool(has_gpu and not self.fp16)
         elif self.bf16 and not has_gpu and not self.use_cpu:
-            warnings.warn("bf16: true needs a GPU and none was found; training in fp32 instead.", stacklevel=2)
+            warnings.warn("bf16: true needs a GPU and none was found; training in fp32 instead.", ConfigWarning, 2)
             self.bf16 = False
         if self.fp16 and not has_gpu and not self.use_cpu:
-            warnings.warn("fp16: true needs a GPU and none was found; training in fp32 instead.", stacklevel=2)
+            warnings.warn("fp16: true needs a GPU and none was found; training in fp32 instead.", ConfigWarning, 2)
             self.fp16 = False
+        world_size = _world_size()
         check_generation_batch(
             self.num_generations,
             self.per_device_train_batch_size,
             self.gradient_accumulation_steps,
             self.generation_batch_size,
             self.steps_per_generation,
-            _world_size(),
+            world_size,
         )
+        if os.environ.get(WORLD_SIZE_ENV) and self.generation_batch_size is None:
+            # Checking a recipe for N ranks from one process: give TRL the N-rank generation batch, then restore.
+            steps = self.steps_per_generation
+            self.generation_batch_size = self.per_device_train_batch_size * world_size * (
+                steps or self.gradient_accumulation_steps
+            )
+            self.steps_per_generation = None
+            super().__post_init__()
+            self.steps_per_generation = steps or self.gradient_accumulation_steps
+            return
         super().__post_init__()
 
 
@@ -315,6 +333,7 @@ KEY_MIGRATIONS: dict[str, tuple[str | None, str]] = {
     "max_prompt_length": (None, "removed in TRL 1.x: the trainer no longer truncates prompts"),
     "overwrite_output_dir": (None, "removed in transformers 5; r1kit's `resume` (auto | never | path) decides instead"),
     "use_liger_loss": (None, "removed in TRL 1.x"),
+    "warmup_ratio": ("warmup_steps", "merged into `warmup_steps` in transformers 5 (a float in [0, 1) is a ratio)"),
     "provider_type": ("code_provider", "Open-R1's README name for `code_provider`"),
 }
 
@@ -352,8 +371,7 @@ def _migrate_key(key: str, known: set[str], seen: set[str]) -> str | None:
     if key not in seen:
         seen.add(key)
         action = f"using `{new}`" if new else "ignoring it"
-        logger.warning("recipe key '%s': %s; %s.", key, why, action)
-        warnings.warn(f"recipe key '{key}': {why}; {action}.", stacklevel=3)
+        warnings.warn(f"recipe key '{key}': {why}; {action}.", ConfigWarning, 3)
     return new
 
 

@@ -1,0 +1,141 @@
+"""End-to-end GRPO runs of a tiny model through `r1kit.grpo.main`, from a YAML recipe, on CPU."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from r1kit.configs import parse_args
+from r1kit.grpo import find_resume_checkpoint, main
+from tests.conftest import tiny_recipe, write_recipe
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run_recipe(tmp_path: Path, recipe: dict, *cli: str) -> dict:
+    path = write_recipe(tmp_path, **recipe)
+    return main(*parse_args(["--config", str(path), *cli]))
+
+
+def log_by_step(output_dir: Path) -> dict[int, dict]:
+    state = json.loads((output_dir / "trainer_state.json").read_text())
+    return {entry["step"]: entry for entry in state["log_history"] if "loss" in entry}
+
+
+def test_three_steps_train_every_parameter_and_write_outputs(tmp_path, tiny_model_dir, math_jsonl):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    out = tmp_path / "out"
+    metrics = run_recipe(tmp_path, tiny_recipe(tiny_model_dir, math_jsonl, out))
+
+    assert metrics["train_samples"] == 32
+    assert (out / "checkpoint-2" / "trainer_state.json").is_file()
+    assert (out / "checkpoint-3" / "model.safetensors").is_file()
+    for name in ("trainer_state.json", "train_results.json", "model.safetensors", "config.json", "tokenizer.json"):
+        assert (out / name).is_file(), name
+    assert json.loads((out / "trainer_state.json").read_text())["global_step"] == 3
+    assert sorted(log_by_step(out)) == [1, 2, 3]
+    assert "rewards/accuracy_reward/mean" in log_by_step(out)[1]
+
+    before = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    after = AutoModelForCausalLM.from_pretrained(out)
+    unchanged = [
+        name
+        for (name, p0), (_, p1) in zip(before.named_parameters(), after.named_parameters())
+        if p0.requires_grad and torch.equal(p0, p1)
+    ]
+    assert unchanged == []
+    # The saved model stops at the tokenizer's EOS and ships the tokenizer.
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    assert after.generation_config.eos_token_id == tokenizer.eos_token_id
+    assert json.loads((out / "r1kit_run.json").read_text())["world_size"] == 1
+
+
+def test_resume_auto_reproduces_the_uninterrupted_run(tmp_path, tiny_model_dir, math_jsonl):
+    full, resumed = tmp_path / "full", tmp_path / "resumed"
+    run_recipe(tmp_path, tiny_recipe(tiny_model_dir, math_jsonl, full, max_steps=4))
+    # A run that stopped after its step-2 checkpoint, then restarted with resume: auto.
+    shutil.copytree(full / "checkpoint-2", resumed / "checkpoint-2")
+    state_file = resumed / "checkpoint-2" / "trainer_state.json"
+    state = json.loads(state_file.read_text())
+    for entry in state["log_history"]:
+        entry["from_checkpoint"] = True  # marks the history a resumed run carries over
+    state_file.write_text(json.dumps(state))
+    run_recipe(tmp_path, tiny_recipe(tiny_model_dir, math_jsonl, resumed, max_steps=4, resume="auto"))
+
+    a, b = log_by_step(full), log_by_step(resumed)
+    assert sorted(b) == [1, 2, 3, 4]
+    assert [step for step, e in b.items() if e.get("from_checkpoint")] == [1, 2]  # continued, did not start over
+    for step in (3, 4):
+        for key in ("loss", "reward", "grad_norm"):
+            assert b[step][key] == pytest.approx(a[step][key], rel=1e-5, abs=1e-7), (step, key)
+    assert json.loads((resumed / "r1kit_run.json").read_text())["resumed_from"].endswith("checkpoint-2")
+
+
+def test_resume_never_starts_fresh(tmp_path, tiny_model_dir, math_jsonl):
+    out = tmp_path / "out"
+    run_recipe(tmp_path, tiny_recipe(tiny_model_dir, math_jsonl, out, max_steps=2))
+    run_recipe(tmp_path, tiny_recipe(tiny_model_dir, math_jsonl, out, max_steps=2, resume="never"))
+    assert sorted(log_by_step(out)) == [1, 2]
+    assert json.loads((out / "r1kit_run.json").read_text())["resumed_from"] is None
+
+
+def test_resume_auto_skips_half_written_checkpoints(tmp_path, caplog):
+    good = tmp_path / "checkpoint-4"
+    good.mkdir()
+    (good / "trainer_state.json").write_text("{}")
+    (good / "model.safetensors").write_bytes(b"x")
+    torn = tmp_path / "checkpoint-6"  # killed mid-save: weights written, state not
+    torn.mkdir()
+    (torn / "model.safetensors").write_bytes(b"x")
+    truncated = tmp_path / "checkpoint-8"
+    truncated.mkdir()
+    (truncated / "trainer_state.json").write_text('{"global_step": 8, "log_hi')
+    (truncated / "model.safetensors").write_bytes(b"x")
+    (tmp_path / "checkpoint-10").write_text("a file, not a folder")
+
+    assert find_resume_checkpoint(str(tmp_path), "auto") == str(good)
+    assert "checkpoint-8" in caplog.text and "checkpoint-6" in caplog.text
+    assert find_resume_checkpoint(str(tmp_path), "never") is None
+    assert find_resume_checkpoint(str(tmp_path / "missing"), "auto") is None
+    assert find_resume_checkpoint(str(tmp_path), str(good)) == str(good)
+
+
+@pytest.mark.slow
+def test_run_killed_right_after_a_save_resumes_and_completes(tmp_path, tiny_model_dir, math_jsonl):
+    out = tmp_path / "out"
+    recipe = tiny_recipe(
+        tiny_model_dir, math_jsonl, out, max_steps=6, save_steps=2,
+        reward_funcs=["tests.rewards_for_tests:slow_length_variety"],
+    )
+    path = write_recipe(tmp_path, **recipe)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "r1kit.grpo", "--config", str(path)]
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 180
+        while not (out / "checkpoint-2" / "trainer_state.json").exists():
+            assert proc.poll() is None, "the run ended before writing checkpoint-2"
+            assert time.monotonic() < deadline, "no checkpoint-2 within 3 minutes"
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert not (out / "train_results.json").exists(), "the run finished before it could be killed"
+
+    resumed = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    state = json.loads((out / "trainer_state.json").read_text())
+    assert state["global_step"] == 6
+    assert json.loads((out / "r1kit_run.json").read_text())["resumed_from"] is not None
+    assert (out / "model.safetensors").is_file()
