@@ -80,15 +80,30 @@ def load_mixture(mixture: DatasetMixtureConfig):
         parts.append(ds)
     if not parts:
         raise ConfigError("No datasets were loaded from the mixture configuration")
+    columns = {m.id: sorted(ds.column_names) for m, ds in zip(mixture.datasets, parts)}
+    if len({tuple(c) for c in columns.values()}) > 1:  # datasets would fill the gaps with nulls, silently
+        raise ConfigError(f"dataset_mixture members do not share one schema: {columns}; select common `columns`")
     try:
-        combined = concatenate_datasets(parts).shuffle(seed=mixture.seed)
-    except ValueError as e:
+        combined = concatenate_datasets(_align_features(parts)).shuffle(seed=mixture.seed)
+    except (ValueError, TypeError) as e:
         raise ConfigError(f"dataset_mixture members do not share one schema ({e}); select common `columns`") from e
     if mixture.test_split_size is not None:
         split = combined.train_test_split(test_size=mixture.test_split_size, seed=mixture.seed)
         logger.info("Split the mixture into %d train / %d test rows", len(split["train"]), len(split["test"]))
         return split
     return DatasetDict({"train": combined})
+
+
+def _align_features(parts: list) -> list:
+    """Casts members with the same columns to the first member's types (json gives `large_string` where csv gives
+    `string` or `int64`), so that equivalent sources concatenate."""
+    first = parts[0]
+    aligned = [first]
+    for ds in parts[1:]:
+        if set(ds.column_names) == set(first.column_names) and ds.features != first.features:
+            ds = ds.select_columns(first.column_names).cast(first.features)
+        aligned.append(ds)
+    return aligned
 
 
 def get_dataset(script_args: Any):
