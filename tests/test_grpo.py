@@ -139,3 +139,21 @@ def test_run_killed_right_after_a_save_resumes_and_completes(tmp_path, tiny_mode
     assert state["global_step"] == 6
     assert json.loads((out / "r1kit_run.json").read_text())["resumed_from"] is not None
     assert (out / "model.safetensors").is_file()
+
+
+def test_lora_run_saves_an_adapter(tmp_path, tiny_model_dir, math_jsonl):
+    out = tmp_path / "out"
+    run_recipe(
+        tmp_path,
+        tiny_recipe(tiny_model_dir, math_jsonl, out, max_steps=2, use_peft=True, lora_r=4, lora_target_modules=["q_proj", "v_proj"]),
+    )
+    assert (out / "adapter_model.safetensors").is_file() and (out / "adapter_config.json").is_file()
+    assert json.loads((out / "adapter_config.json").read_text())["r"] == 4
+
+
+def test_missing_reward_column_fails_before_the_model_loads(tmp_path, math_jsonl):
+    from r1kit.configs import ConfigError
+
+    recipe = tiny_recipe(tmp_path / "no-model-here", math_jsonl, tmp_path / "out", reward_funcs=["code"])
+    with pytest.raises(ConfigError, match="reward 'code' needs column"):
+        run_recipe(tmp_path, recipe)

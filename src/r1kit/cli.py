@@ -27,23 +27,20 @@ def grpo_command(argv: list[str]) -> int:
         return 0
     dry = "--dry-run" in argv
     argv = [a for a in argv if a != "--dry-run"]
+    world_size = None
     if "--world-size" in argv:  # check the recipe as it would be launched on N processes
         i = argv.index("--world-size")
         if not dry or i + 1 >= len(argv) or not argv[i + 1].isdigit():
             print("r1kit: error: --world-size N goes with --dry-run", file=sys.stderr)
             return 2
-        import os
-
-        from r1kit.configs import WORLD_SIZE_ENV
-
-        os.environ[WORLD_SIZE_ENV] = argv[i + 1]
+        world_size = argv[i + 1]
         del argv[i : i + 2]
 
-    from r1kit.configs import ConfigError, parse_args
+    from r1kit.configs import ConfigError
     from r1kit.grpo import dry_run, main
 
     try:
-        script_args, training_args, model_args = parse_args(argv)
+        script_args, training_args, model_args = _parse_for_world_size(argv, world_size)
         if dry:
             print(dry_run(script_args, training_args, model_args))
             print("recipe OK: keys, cross-field rules and (local) dataset columns checked; no model loaded.")
@@ -53,6 +50,24 @@ def grpo_command(argv: list[str]) -> int:
         print(f"r1kit: error: {e}", file=sys.stderr)
         return 2
     return 0
+
+
+def _parse_for_world_size(argv: list[str], world_size: str | None):
+    import os
+
+    from r1kit.configs import WORLD_SIZE_ENV, parse_args
+
+    if world_size is None:
+        return parse_args(argv)
+    previous = os.environ.get(WORLD_SIZE_ENV)
+    os.environ[WORLD_SIZE_ENV] = world_size
+    try:
+        return parse_args(argv)
+    finally:
+        if previous is None:
+            del os.environ[WORLD_SIZE_ENV]
+        else:
+            os.environ[WORLD_SIZE_ENV] = previous
 
 
 def rewards_command(argv: list[str]) -> int:

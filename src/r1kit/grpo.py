@@ -22,7 +22,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from r1kit.configs import ConfigError, GRPOConfig, GRPOScriptArguments, parse_args
+from r1kit.configs import ConfigError, GRPOConfig, GRPOScriptArguments
 
 logger = logging.getLogger("r1kit")
 

@@ -12,6 +12,7 @@ logger = logging.getLogger(__name__)
 
 BUILTIN_PREFIX = "r1kit:"
 BUILTIN_MODELS = ("tiny-random",)
+BUILTIN_FORMAT = 2  # bump when the built-in tokenizer or model changes, so stale caches are rebuilt
 # Characters of the built-in character-level tokenizer: enough for arithmetic prompts and R1-style tags.
 CHARS = "0123456789+-*/=.,:;!?()[]{}<>'\"_^$\\|&%#@~ \nabcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 SPECIALS = ["<pad>", "<|im_start|>", "<|im_end|>"]
@@ -28,11 +29,12 @@ def cache_dir() -> Path:
 
 def build_char_tokenizer():
     """A character-level tokenizer (single-token tags, ChatML template, eos `<|im_end|>`), built offline."""
-    from tokenizers import AddedToken, Tokenizer, models
+    from tokenizers import AddedToken, Tokenizer, decoders, models
     from transformers import PreTrainedTokenizerFast
 
     vocab = {tok: i for i, tok in enumerate(SPECIALS + list(dict.fromkeys(CHARS)))}
     tok = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token=None, ignore_merges=True))
+    tok.decoder = decoders.Fuse()  # characters join back without separators
     tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIALS])
     tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in TAG_TOKENS])
     hf = PreTrainedTokenizerFast(
@@ -79,7 +81,7 @@ def resolve_model_path(name: str) -> str:
     which = name[len(BUILTIN_PREFIX) :]
     if which not in BUILTIN_MODELS:
         raise ValueError(f"unknown built-in model '{name}'; available: {', '.join(BUILTIN_PREFIX + m for m in BUILTIN_MODELS)}")
-    folder = cache_dir() / "models" / which
+    folder = cache_dir() / "models" / f"{which}-v{BUILTIN_FORMAT}"
     if not (folder / "config.json").exists():
         tokenizer = build_char_tokenizer()
         model = build_tiny_llama(tokenizer)

@@ -1,0 +1,63 @@
+"""Model and tokenizer loading: built-in models, chat-template override, CPU fallbacks."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from r1kit.modeling import get_model, get_tokenizer, model_init_kwargs, resolve_model_path
+
+needs_cpu_only = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU fallbacks")
+
+
+def model_args(**kw):
+    base = dict(
+        model_name_or_path="r1kit:tiny-random", model_revision="main", dtype="float32", attn_implementation=None,
+        load_in_4bit=False, load_in_8bit=False, bnb_4bit_quant_type="nf4", use_bnb_nested_quant=False,
+        bnb_4bit_quant_storage=None,
+    )
+    return SimpleNamespace(**{**base, **kw})
+
+
+def training_args(**kw):
+    return SimpleNamespace(**{"trust_remote_code": False, "gradient_checkpointing": False, "chat_template": None, **kw})
+
+
+def test_builtin_tiny_model_is_built_once_and_loads():
+    path = resolve_model_path("r1kit:tiny-random")
+    assert resolve_model_path("r1kit:tiny-random") == path
+    tokenizer = get_tokenizer(model_args(), training_args())
+    model = get_model(model_args(), training_args())
+    ids = tokenizer("<think>12+3</think><answer>15</answer>")["input_ids"]
+    assert tokenizer.decode(ids) == "<think>12+3</think><answer>15</answer>"
+    assert len(tokenizer("<think>")["input_ids"]) == 1  # tags are single tokens
+    assert model.config.vocab_size == len(tokenizer)
+    with pytest.raises(ValueError, match="unknown built-in model"):
+        resolve_model_path("r1kit:huge")
+
+
+def test_chat_template_override_and_pad_token(tiny_model_dir):
+    template = "{% for m in messages %}[{{ m['content'] }}]{% endfor %}"
+    tokenizer = get_tokenizer(model_args(model_name_or_path=str(tiny_model_dir)), training_args(chat_template=template))
+    assert tokenizer.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False) == "[hi]"
+    assert tokenizer.pad_token is not None
+
+
+@needs_cpu_only
+def test_gpu_only_settings_fall_back_on_cpu(caplog):
+    kwargs = model_init_kwargs(model_args(dtype="bfloat16", attn_implementation="flash_attention_2"), training_args())
+    assert kwargs["dtype"] == torch.float32 and kwargs["attn_implementation"] == "sdpa"
+    assert "bfloat16" in caplog.text and "flash_attention_2" in caplog.text
+
+
+@needs_cpu_only
+def test_quantisation_without_gpu_is_a_clear_error():
+    with pytest.raises(ValueError, match="need a CUDA GPU"):
+        model_init_kwargs(model_args(load_in_4bit=True), training_args())
+
+
+def test_use_cache_is_off_under_gradient_checkpointing():
+    assert model_init_kwargs(model_args(), training_args(gradient_checkpointing=True))["use_cache"] is False
+    assert model_init_kwargs(model_args(), training_args())["use_cache"] is True
