@@ -12,7 +12,7 @@ from itertools import groupby
 from typing import Any
 
 from r1kit.rewards._text import per_sample, texts
-from r1kit.rewards.verify import CORRECT, TIMEOUT, UNPARSEABLE_GOLD, judge_batch
+from r1kit.rewards.verify import CORRECT, TIMEOUT, UNPARSEABLE_GOLD, get_pool, judge_batch
 
 
 def _judge(script_args: Any, name: str, completions, solution, log_metric) -> list[str]:
@@ -29,7 +29,13 @@ def _judge(script_args: Any, name: str, completions, solution, log_metric) -> li
     return outcomes
 
 
+def _warm_up(script_args: Any) -> None:
+    """Start the verifier workers while the model loads."""
+    get_pool(getattr(script_args, "reward_timeout", 5.0), getattr(script_args, "reward_workers", None)).warm_up()
+
+
 def make_accuracy_reward(script_args: Any, training_args: Any = None) -> Callable:
+    _warm_up(script_args)
     def accuracy_reward(completions, solution=None, log_metric=None, **kwargs) -> list[float | None]:
         outcomes = _judge(script_args, "accuracy", completions, solution, log_metric)
         return [None if o == UNPARSEABLE_GOLD else float(o == CORRECT) for o in outcomes]
@@ -64,6 +70,7 @@ def make_cosine_reward(script_args: Any, training_args: Any = None) -> Callable:
         script_args.cosine_max_value_correct,
     )
     max_len = script_args.cosine_max_len
+    _warm_up(script_args)
 
     def cosine_scaled_reward(
         completions, solution=None, completion_ids=None, log_metric=None, **kwargs
@@ -109,6 +116,7 @@ def kimi_length_rewards(correct: list[bool | None], lengths: list[int]) -> list[
 
 
 def make_length_reward(script_args: Any, training_args: Any = None) -> Callable:
+    _warm_up(script_args)
     def len_reward(
         completions, solution=None, completion_ids=None, prompts=None, log_metric=None, **kwargs
     ) -> list[float | None]:

@@ -7,7 +7,9 @@ scores 0.0. This works from any thread and any process, unlike math-verify's own
 batch over the cores.
 
 The same parsing serves `accuracy`, `cosine` and `length`: gold with LaTeX + plain-expression extraction, answers with
-boxed-first LaTeX extraction. A gold that does not parse makes the sample unjudgeable (`None`).
+boxed-first LaTeX extraction, and, when that finds nothing, the last `<answer>…</answer>` block read as a plain
+expression (so `<answer>42</answer>` counts; a bare number elsewhere in the text does not). A gold that does not parse
+makes the sample unjudgeable (`None`).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import atexit
 import logging
 import multiprocessing as mp
 import os
+import re
 import threading
 import time
 from collections import deque
@@ -26,6 +29,7 @@ logger = logging.getLogger(__name__)
 
 # Outcome of one judgement.
 CORRECT, WRONG, UNPARSEABLE_GOLD, TIMEOUT = "correct", "wrong", "unparseable_gold", "timeout"
+READY = "ready"  # a worker's first message: imports done, deadlines may start
 MAX_ANSWER_CHARS = 20_000  # longer completions are judged on their last 20 k characters (the answer is at the end)
 
 
@@ -34,19 +38,21 @@ def _configs():
     from math_verify.parser import NormalizationConfig
 
     gold = [LatexExtractionConfig(), ExprExtractionConfig()]
+    answer_block = [ExprExtractionConfig()]
     answer = [
         LatexExtractionConfig(
             normalization_config=NormalizationConfig(
-                nits=False, malformed_operators=False, basic_latex=True, equations=True, boxed="all", units=True
+                nits=False, malformed_operators=False, basic_latex=True, boxed="all", units=True
             ),
             boxed_match_priority=0,
             try_extract_without_anchor=False,
         )
     ]
-    return gold, answer
+    return gold, answer, answer_block
 
 
 _CONFIGS = None
+_ANSWER_BLOCK = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 
 
 def judge(gold: str, answer: str, in_worker: bool = False) -> str:
@@ -57,13 +63,18 @@ def judge(gold: str, answer: str, in_worker: bool = False) -> str:
     global _CONFIGS
     if _CONFIGS is None:
         _CONFIGS = _configs()
-    gold_cfg, answer_cfg = _CONFIGS
+    gold_cfg, answer_cfg, block_cfg = _CONFIGS
     timeout = {"parsing_timeout": None} if in_worker else {}
     gold_parsed = parse(str(gold), extraction_config=gold_cfg, extraction_mode="first_match", **timeout)
     if not gold_parsed:
         return UNPARSEABLE_GOLD
     answer = str(answer)[-MAX_ANSWER_CHARS:]
     answer_parsed = parse(answer, extraction_config=answer_cfg, extraction_mode="first_match", **timeout)
+    blocks = _ANSWER_BLOCK.findall(answer)
+    if not answer_parsed and blocks:
+        # Inside an explicit <answer> block a bare "42" is the answer; outside one, plain numbers are not read
+        # (any number in the reasoning would count).
+        answer_parsed = parse(blocks[-1].strip(), extraction_config=block_cfg, extraction_mode="first_match", **timeout)
     if not answer_parsed:
         return WRONG
     verify_timeout = {"timeout_seconds": None} if in_worker else {}
@@ -77,6 +88,8 @@ def _worker_main(conn) -> None:
     # One thread per worker: the pool is the parallelism, and the trainer owns the cores' threads.
     os.environ["OMP_NUM_THREADS"] = "1"
     logging.getLogger("math_verify").setLevel(logging.ERROR)  # it warns that we time out from the parent; we do
+    judge("1", "$1$", in_worker=True)  # import math-verify and sympy before the first deadline starts
+    conn.send(READY)
     while True:
         try:
             task = conn.recv()
@@ -98,6 +111,11 @@ class _Worker:
     conn: object
     task: deque = field(default_factory=deque)  # indices of the samples it has yet to answer
     deadline: float = 0.0
+    started: bool = False  # has it said READY?
+
+
+class PoolUnavailable(RuntimeError):
+    """Worker processes cannot start here (e.g. a script without an `if __name__ == "__main__":` guard)."""
 
 
 class VerifierPool:
@@ -108,7 +126,7 @@ class VerifierPool:
         timeout (`float`): seconds one sample may take before its worker is killed and the sample scores TIMEOUT.
     """
 
-    STARTUP_SECONDS = 60.0  # a fresh worker's first sample also pays for importing math-verify and sympy
+    STARTUP_SECONDS = 120.0  # for a fresh worker to import math-verify and sympy and say READY
 
     def __init__(self, workers: int, timeout: float = 5.0):
         self.workers_wanted = max(1, workers)
@@ -117,6 +135,7 @@ class VerifierPool:
         self._idle: list[_Worker] = []
         self._lock = threading.Lock()
         self.timeouts = 0
+        self.unavailable = ""  # why worker processes cannot run here, once known
 
     def _start_worker(self) -> _Worker:
         parent, child = self._ctx.Pipe()
@@ -130,48 +149,73 @@ class VerifierPool:
         worker.process.join(timeout=5)
         worker.conn.close()
 
+    def warm_up(self) -> None:
+        """Starts the workers now, so their imports overlap with whatever the caller does next."""
+        with self._lock:
+            while not self.unavailable and len(self._idle) < self.workers_wanted:
+                self._idle.append(self._start_worker())
+
     def close(self) -> None:
         for worker in self._idle:
             self._kill(worker)
         self._idle.clear()
 
     def map(self, pairs: list[tuple[str, str]], chunk: int = 8) -> list[str]:
-        """Judges every (gold, answer) pair; results in input order."""
+        """Judges every (gold, answer) pair; results in input order. Raises `PoolUnavailable` when worker
+        processes cannot start here."""
         with self._lock:
-            return self._map(pairs, chunk)
+            if self.unavailable:
+                raise PoolUnavailable(self.unavailable)
+            busy: dict[object, _Worker] = {}
+            try:
+                return self._map(pairs, chunk, busy)
+            except PoolUnavailable as e:
+                self.unavailable = str(e)
+                for worker in [*busy.values(), *self._idle]:
+                    self._kill(worker)
+                self._idle.clear()
+                raise
 
-    def _map(self, pairs: list[tuple[str, str]], chunk: int) -> list[str]:
+    def _map(self, pairs: list[tuple[str, str]], chunk: int, busy: dict) -> list[str]:
         results: list[str | None] = [None] * len(pairs)
         # Chunks amortise the pipe round trip while keeping every worker busy.
         size = max(1, min(chunk, len(pairs) // (2 * self.workers_wanted) or 1))
         pending = deque(deque(range(i, min(i + size, len(pairs)))) for i in range(0, len(pairs), size))
-        busy: dict[object, _Worker] = {}
         while pending or busy:
             while pending and len(busy) < self.workers_wanted:
-                fresh = not self._idle
-                worker = self._start_worker() if fresh else self._idle.pop()
+                worker = self._idle.pop() if self._idle else self._start_worker()
                 worker.task = pending.popleft()
                 worker.conn.send([pairs[i] for i in worker.task])
-                worker.deadline = time.monotonic() + self.timeout + (self.STARTUP_SECONDS if fresh else 0.0)
+                worker.deadline = time.monotonic() + (self.timeout if worker.started else self.STARTUP_SECONDS)
                 busy[worker.conn] = worker
             next_deadline = min(w.deadline for w in busy.values())
             for conn in wait(list(busy), timeout=max(0.0, next_deadline - time.monotonic())):
                 worker = busy[conn]
                 try:
-                    results[worker.task.popleft()] = conn.recv()
-                except (EOFError, OSError):  # the worker died (out of memory, say): its sample did not verify
-                    results[worker.task.popleft()] = WRONG
+                    message = conn.recv()
+                except (EOFError, OSError):  # the worker died
                     busy.pop(conn)
                     self._kill(worker)
+                    if not worker.started:  # worker processes cannot run here
+                        raise PoolUnavailable("a math-verify worker process exited at start-up") from None
+                    results[worker.task.popleft()] = WRONG  # killed by its sample (out of memory, say)
                     if worker.task:
                         pending.append(worker.task)
                     continue
                 worker.deadline = time.monotonic() + self.timeout
+                if message == READY:
+                    worker.started = True
+                    continue
+                results[worker.task.popleft()] = message
                 if not worker.task:
                     busy.pop(conn)
                     self._idle.append(worker)
             now = time.monotonic()
             for conn, worker in list(busy.items()):
+                if now >= worker.deadline and not worker.started:
+                    busy.pop(conn)
+                    self._kill(worker)
+                    raise PoolUnavailable(f"a math-verify worker did not start within {self.STARTUP_SECONDS:.0f} s")
                 if now >= worker.deadline:  # stuck on its current sample: kill it, requeue the rest of its chunk
                     busy.pop(conn)
                     self._kill(worker)
@@ -203,12 +247,35 @@ def get_pool(timeout: float = 5.0, workers: int | None = None) -> VerifierPool:
         return _POOL
 
 
+_WARNED_IN_PROCESS = False
+
+
+def _judge_in_process(pairs: list[tuple[str, str]], why: str) -> list[str]:
+    """Fallback when worker processes cannot run: math-verify in this process, with its own (main-thread only)
+    timeouts."""
+    global _WARNED_IN_PROCESS
+    if not _WARNED_IN_PROCESS:
+        _WARNED_IN_PROCESS = True
+        logger.warning("%s; verifying math answers in-process, without a hard time limit off the main thread.", why)
+    out = []
+    for gold, answer in pairs:
+        try:
+            out.append(judge(gold, answer))
+        except Exception:  # noqa: BLE001
+            out.append(WRONG)
+    return out
+
+
 def judge_batch(golds: list, answers: list[str], timeout: float = 5.0, workers: int | None = None) -> list[str]:
     """Judges a batch: CORRECT / WRONG / UNPARSEABLE_GOLD / TIMEOUT per pair. A missing gold is UNPARSEABLE_GOLD."""
     outcomes: list[str | None] = [UNPARSEABLE_GOLD if g is None or str(g).strip() == "" else None for g in golds]
     todo = [i for i, o in enumerate(outcomes) if o is None]
     if todo:
-        judged = get_pool(timeout, workers).map([(str(golds[i]), answers[i] or "") for i in todo])
+        pairs = [(str(golds[i]), answers[i] or "") for i in todo]
+        try:
+            judged = get_pool(timeout, workers).map(pairs)
+        except PoolUnavailable as e:
+            judged = _judge_in_process(pairs, str(e))
         for i, outcome in zip(todo, judged):
             outcomes[i] = outcome
     return outcomes  # type: ignore[return-value]

@@ -1,0 +1,260 @@
+"""Every reward, table-driven: inputs and the values a reader can check by hand.
+
+Where r1kit deliberately differs from Open-R1 the row says so (`# Open-R1: ...`).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from r1kit.configs import GRPOScriptArguments
+from r1kit.rewards import REWARD_FUNCS_REGISTRY, get_reward_funcs, required_columns
+
+
+def build(name: str, training_args=None, **script_kw):
+    script_args = GRPOScriptArguments(dataset_name="unused", reward_funcs=[name], reward_workers=2, **script_kw)
+    (func,) = get_reward_funcs(script_args, training_args)
+    return func
+
+
+def conversation(text: str) -> list[dict]:
+    return [{"role": "assistant", "content": text}]
+
+
+# --------------------------------------------------------------------------------------------------------------------
+ACCURACY = [
+    (r"\boxed{\frac{63}{400}}", r"\frac{63}{400}", 1.0),
+    (r"\boxed{\frac{64}{400}}", r"\frac{63}{400}", 0.0),
+    (r"\boxed{0.5}", r"\frac{1}{2}", 1.0),
+    ("", "5", 0.0),
+    (r"\boxed{3}", "6", 0.0),  # bare numeric gold parses
+    ("The answer is 3", "3", 0.0),  # no LaTeX anchor, no answer block
+    ("<think>2+1</think><answer>3</answer>", "3", 1.0),  # Open-R1: 0.0 (a bare number in the answer block)
+    ("I guess 42. <answer>41</answer>", "42", 0.0),  # numbers outside the answer block do not count
+    (r"so the result is $\boxed{42}$", r"Worked out: $\boxed{42}$", 1.0),
+    (r"\boxed{1} or \boxed{2}", "2", 0.0),  # the first boxed answer is the answer
+    (r"\boxed{5}", "abc", None),  # unparseable gold: skipped, not 0
+    (r"\boxed{5}", "", None),
+]
+
+
+@pytest.mark.parametrize(("completion", "gold", "expected"), ACCURACY)
+def test_accuracy(completion, gold, expected):
+    assert build("accuracy")([completion], solution=[gold]) == [expected]
+
+
+def test_accuracy_reads_conversations_and_counts_unparseable_golds():
+    logged = {}
+    rewards = build("accuracy")(
+        [conversation(r"\boxed{7}"), conversation(r"\boxed{7}"), conversation("x")],
+        solution=["7", "not a number", None],
+        log_metric=lambda name, value: logged.setdefault(name, value),
+    )
+    assert rewards == [1.0, None, None]
+    assert logged["rewards/accuracy/unparseable_gold"] == 2.0
+
+
+# --------------------------------------------------------------------------------------------------------------------
+FORMAT = [
+    ("<think>a</think><answer>b</answer>", False, 1.0),
+    ("<think>\na\n</think>\n<answer>\nb\n</answer>\n", False, 1.0),
+    ("<think>a</think>", False, 0.0),
+    ("<answer>b</answer>", False, 0.0),
+    ("<think>a</think><answer>b</answer> and more", False, 0.0),  # Open-R1: 1.0 (trailing text accepted)
+    ("<think>a</think><answer>b</answer><think>c</think><answer>d</answer>", False, 0.0),  # Open-R1: 1.0
+    ("<answer>b</answer><think>a</think>", False, 0.0),
+    ("<think>a<think></think><answer>b</answer>", False, 0.0),
+    ("a</think><answer>b</answer>", False, 0.0),  # starts inside the think block...
+    ("a</think><answer>b</answer>", True, 1.0),  # ...accepted when the template pre-fills <think>
+    ("<think>a</think><answer>b</answer>", True, 1.0),
+]
+
+
+@pytest.mark.parametrize(("completion", "prefilled", "expected"), FORMAT)
+def test_format(completion, prefilled, expected):
+    assert build("format", format_think_prefilled=prefilled)([completion]) == [expected]
+
+
+TAG_COUNT = [
+    ("<think>a</think><answer>b</answer>", False, 1.0),
+    ("<think>a</think>", False, 0.5),
+    ("<think><think>a</think><answer>b</answer>", False, 0.75),  # duplicated tag earns nothing
+    ("", False, 0.0),
+    ("a</think><answer>b</answer>", False, 0.75),
+    ("a</think><answer>b</answer>", True, 1.0),
+]
+
+
+@pytest.mark.parametrize(("completion", "prefilled", "expected"), TAG_COUNT)
+def test_tag_count(completion, prefilled, expected):
+    assert build("tag_count", format_think_prefilled=prefilled)([completion]) == [expected]
+
+
+REASONING_STEPS = [
+    ("Step 1: a Step 2: b Step 3: c", 1.0),
+    ("First, a. Second, b. Finally, c.", 1.0),
+    ("Step 1: only", 1 / 3),
+    ("First, a. Finally, b.", 2 / 3),
+    ("x\n1. a\n2. b", 2 / 3),  # Open-R1: 0.0 (numbered lines only counted at the very start)
+    ("- a\n- b\n* c\n", 1.0),
+    ("plain text", 0.0),
+]
+
+
+@pytest.mark.parametrize(("completion", "expected"), REASONING_STEPS)
+def test_reasoning_steps(completion, expected):
+    assert build("reasoning_steps")([completion]) == [pytest.approx(expected)]
+
+
+REPETITION = [
+    (2, -1.0, "this is a test sentence", 0.0),
+    (2, -1.0, "this this this this this", -0.75),  # 4 bigrams, 1 unique
+    (2, -1.0, "this is a this is a test", -1 / 3),  # 6 bigrams, 4 unique
+    (3, -0.5, "test test test test", -0.25),  # 2 trigrams, 1 unique
+    (3, -2.0, "this is a this is a test", -0.4),  # 5 trigrams, 4 unique
+    (3, -1.0, "", 0.0),
+    (3, -1.0, "two words", 0.0),  # fewer words than n
+    (2, -1.0, "This IS this is", -1 / 3),  # case-insensitive
+]
+
+
+@pytest.mark.parametrize(("n", "max_penalty", "completion", "expected"), REPETITION)
+def test_repetition_penalty(n, max_penalty, completion, expected):
+    func = build("repetition_penalty", repetition_n_grams=n, repetition_max_penalty=max_penalty)
+    assert func([completion]) == [pytest.approx(expected)]
+
+
+def test_repetition_penalty_must_not_be_positive_but_only_when_selected():
+    with pytest.raises(ValueError, match="max_penalty 1.5 should not be positive"):
+        build("repetition_penalty", repetition_max_penalty=1.5)
+    assert build("format", repetition_max_penalty=1.5)(["x"]) == [0.0]  # Open-R1 built every reward and failed here
+
+
+# --------------------------------------------------------------------------------------------------------------------
+COSINE = [  # bounds (-1, -0.5, 0.5, 1), cosine_max_len 100, lengths in tokens
+    (r"\boxed{7}", 0, 1.0),
+    (r"\boxed{7}", 50, 0.75),
+    (r"\boxed{7}", 100, 0.5),
+    (r"\boxed{7}", 200, 0.5),  # Open-R1: 1.0 (the cosine wraps around past max_len)
+    (r"\boxed{8}", 0, -1.0),  # a short wrong answer is penalised most (Open-R1's config default gave 0.0)
+    (r"\boxed{8}", 50, -0.75),
+    (r"\boxed{8}", 100, -0.5),
+    (r"\boxed{8}", 300, -0.5),
+]
+
+
+@pytest.mark.parametrize(("completion", "length", "expected"), COSINE)
+def test_cosine(completion, length, expected):
+    func = build("cosine", cosine_max_len=100)
+    assert func([completion], solution=["7"], completion_ids=[[1] * length]) == [pytest.approx(expected)]
+
+
+def test_cosine_counts_characters_without_ids_and_skips_unparseable_gold():
+    func = build("cosine", cosine_max_len=20)
+    text = r"\boxed{7}" + " " * 1  # 10 characters: half of max_len
+    assert func([text], solution=["7"]) == [pytest.approx(0.75)]
+    assert func([text], solution=["gibberish"]) == [None]  # Open-R1: 1.0
+
+
+LENGTH_ONE_GROUP = (
+    [r"\boxed{7}", r"\boxed{7}", r"\boxed{8}", r"\boxed{8}"],
+    [10, 20, 10, 20],
+    [0.5, -0.5, 0.0, -0.5],  # correct short, correct long, wrong short, wrong long
+)
+
+
+def test_length_within_one_group():
+    completions, lengths, expected = LENGTH_ONE_GROUP
+    func = build("length")
+    ids = [[0] * n for n in lengths]
+    assert func(completions, solution=["7"] * 4, completion_ids=ids, prompts=["p"] * 4) == expected
+
+
+def test_length_is_computed_per_prompt_group_not_per_batch():
+    func = build("length")
+    rewards = func(
+        [r"\boxed{7}"] * 4,
+        solution=["7"] * 4,
+        completion_ids=[[0] * 10, [0] * 20, [0] * 100, [0] * 100],
+        prompts=["a", "a", "b", "b"],
+    )
+    assert rewards == [0.5, -0.5, 0.0, 0.0]  # over the whole batch the first two would be 0.5 and ~0.39
+
+
+def test_length_equal_lengths_and_unparseable_gold():
+    func = build("length")
+    assert func([r"\boxed{7}", r"\boxed{7}"], solution=["7", "7"], prompts=["p", "p"]) == [0.0, 0.0]
+    assert func([r"\boxed{7}", r"\boxed{7}"], solution=["junk", "junk"], prompts=["p", "p"]) == [None, None]
+
+
+# --------------------------------------------------------------------------------------------------------------------
+SOFT_OVERLONG = [(80, 0.0), (81, -0.05), (90, -0.5), (100, -1.0), (101, -1.0)]  # limit 100, ramp 20
+
+
+@pytest.mark.parametrize(("length", "expected"), SOFT_OVERLONG)
+def test_soft_overlong_punishment(length, expected):
+    func = build("soft_overlong_punishment", max_completion_len=100, soft_punish_cache=20)
+    assert func(["x"], completion_ids=[[0] * length]) == [pytest.approx(expected)]
+
+
+def test_soft_overlong_follows_the_trainer_by_default():
+    from types import SimpleNamespace
+
+    func = build("soft_overlong_punishment", training_args=SimpleNamespace(max_completion_length=64))
+    assert func(["x"] * 3, completion_ids=[[0] * 48, [0] * 56, [0] * 64]) == [0.0, -0.5, -1.0]
+
+
+CODE_FORMAT = [
+    ("<think>a</think><answer>```python\nprint(1)\n```</answer>", None, 1.0),
+    ("<think>a</think><answer>Here:\n```python\nprint(1)\n```\ndone</answer>", None, 1.0),
+    ("<think>a</think><answer>```cpp\nint main(){}\n```</answer>", None, 0.0),
+    ("<think>a</think><answer>```cpp\nint main(){}\n```</answer>", "cpp", 1.0),  # the row's language wins
+    ("<think>a</think><answer>print(1)</answer>", None, 0.0),
+    ("```python\nprint(1)\n```", None, 0.0),
+]
+
+
+@pytest.mark.parametrize(("completion", "language", "expected"), CODE_FORMAT)
+def test_code_format(completion, language, expected):
+    kwargs = {"language": [language]} if language else {}
+    assert build("code_format")([completion], **kwargs) == [expected]
+
+
+# --------------------------------------------------------------------------------------------------------------------
+NAMES = {
+    "accuracy": "accuracy_reward",
+    "format": "format_reward",
+    "tag_count": "tag_count_reward",
+    "reasoning_steps": "reasoning_steps_reward",
+    "cosine": "cosine_scaled_reward",
+    "repetition_penalty": "repetition_penalty_reward",
+    "length": "len_reward",
+    "soft_overlong_punishment": "soft_overlong_punishment_reward",
+    "code_format": "code_format_reward",
+}
+
+
+@pytest.mark.parametrize(("name", "function_name"), NAMES.items())
+def test_function_names_match_open_r1(name, function_name):
+    assert build(name).__name__ == function_name
+
+
+def test_registry_lists_open_r1_names_and_columns():
+    assert set(NAMES) | {"code", "binary_code", "ioi_code", "cf_code"} == set(REWARD_FUNCS_REGISTRY)
+    assert required_columns(["accuracy", "format", "code"]) == {
+        "accuracy": ("solution",),
+        "format": (),
+        "code": ("verification_info",),
+    }
+
+
+def test_unknown_reward_lists_valid_names():
+    with pytest.raises(ValueError, match="unknown reward function.*valid names: accuracy"):
+        get_reward_funcs(GRPOScriptArguments(dataset_name="x", reward_funcs=["accuracyy"]))
+
+
+def test_import_path_rewards():
+    (func,) = get_reward_funcs(GRPOScriptArguments(dataset_name="x", reward_funcs=["tests.rewards_for_tests:length_variety"]))
+    assert func(["abcd"]) == [0.2]
+    with pytest.raises(ValueError, match="cannot import reward function"):
+        get_reward_funcs(GRPOScriptArguments(dataset_name="x", reward_funcs=["tests.nope:f"]))
