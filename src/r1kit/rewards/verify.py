@@ -15,7 +15,9 @@ makes the sample unjudgeable (`None`).
 from __future__ import annotations
 
 import atexit
+import functools
 import logging
+import math
 import multiprocessing as mp
 import os
 import re
@@ -55,6 +57,36 @@ _CONFIGS = None
 _ANSWER_BLOCK = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 
 
+_POWER_CHAIN = re.compile(r"\d+(?:\s*\^\s*\{?\s*\d+)+")
+MAX_DIGITS = 100_000  # an integer power with more digits than this cannot be a contest answer
+
+
+def _has_huge_power(text: str) -> bool:
+    """Whether `text` holds a power of integer literals (`9^{9^{9}}`, `2^{10^{8}}`) with more than `MAX_DIGITS` digits:
+    sympy would try to compute it exactly and not return."""
+    for chain in _POWER_CHAIN.findall(text):
+        numbers = [int(n) for n in re.findall(r"\d+", chain)[:8]]
+        exponent = 1.0
+        for n in reversed(numbers[1:]):  # right-associative: a^(b^(c...))
+            exponent = float("inf") if n > 1 and exponent > 64 else float(n) ** exponent
+            if exponent > 1e12:
+                exponent = float("inf")
+                break
+        base = numbers[0]
+        if base > 1 and exponent * math.log10(base) > MAX_DIGITS:
+            return True
+    return False
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_gold(gold: str, in_worker: bool) -> list:
+    """Parsed gold, cached: a GRPO batch holds each gold `num_generations` times."""
+    from math_verify import parse
+
+    timeout = {"parsing_timeout": None} if in_worker else {}
+    return parse(gold, extraction_config=_CONFIGS[0], extraction_mode="first_match", **timeout)
+
+
 def judge(gold: str, answer: str, in_worker: bool = False) -> str:
     """CORRECT, WRONG or UNPARSEABLE_GOLD for one pair. In a worker, math-verify's signal timeouts are off (the
     parent enforces the limit); in-process they stay on as a last resort."""
@@ -65,10 +97,12 @@ def judge(gold: str, answer: str, in_worker: bool = False) -> str:
         _CONFIGS = _configs()
     gold_cfg, answer_cfg, block_cfg = _CONFIGS
     timeout = {"parsing_timeout": None} if in_worker else {}
-    gold_parsed = parse(str(gold), extraction_config=gold_cfg, extraction_mode="first_match", **timeout)
+    gold_parsed = _parse_gold(str(gold), in_worker)
     if not gold_parsed:
         return UNPARSEABLE_GOLD
     answer = str(answer)[-MAX_ANSWER_CHARS:]
+    if _has_huge_power(answer) and not _has_huge_power(str(gold)):
+        return WRONG  # cannot equal the gold, and would hang sympy until the time limit
     answer_parsed = parse(answer, extraction_config=answer_cfg, extraction_mode="first_match", **timeout)
     blocks = _ANSWER_BLOCK.findall(answer)
     if not answer_parsed and blocks:
@@ -219,6 +253,7 @@ class VerifierPool:
                 if now >= worker.deadline:  # stuck on its current sample: kill it, requeue the rest of its chunk
                     busy.pop(conn)
                     self._kill(worker)
+                    self._idle.append(self._start_worker())  # the replacement imports while the others work
                     self.timeouts += 1
                     results[worker.task.popleft()] = TIMEOUT
                     if worker.task:

@@ -1,0 +1,65 @@
+"""Property tests: whatever text a model emits, every reward returns one finite float or None per sample and never
+raises."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from r1kit.configs import GRPOScriptArguments
+from r1kit.rewards import get_reward_funcs
+
+TEXT_REWARDS = ["format", "tag_count", "reasoning_steps", "repetition_penalty", "soft_overlong_punishment", "code_format"]
+MATH_REWARDS = ["accuracy", "cosine", "length"]
+
+
+def nested_latex(depth: int) -> str:
+    return "\\boxed{" + "\\frac{1}{" * depth + "2" + "}" * depth + "}"
+
+
+hostile_text = st.one_of(
+    st.text(max_size=300),
+    st.just(""),
+    st.sampled_from(["None", "null", "nan", "inf", "-inf", "\\boxed{}", "$$", "<answer></answer>", "\x00", "}}}{{{"]),
+    st.integers(1, 200).map(nested_latex),
+    st.integers(1, 60).map(lambda d: "\\boxed{" + "9^{" * d + "9" + "}" * d + "}"),
+    st.just("\\boxed{" + "1+" * 25_000 + "1}"),  # a 50 kB expression
+    st.text(alphabet="<>/thinkanswer{}\\$0123456789 \n", max_size=200),
+)
+gold = st.one_of(st.none(), st.just(""), st.text(max_size=40), st.integers(-1000, 1000).map(str), st.just("\\frac{1}{2}"))
+
+
+def funcs(names):
+    args = GRPOScriptArguments(dataset_name="x", reward_funcs=names, reward_workers=2, reward_timeout=2.0)
+    return get_reward_funcs(args)
+
+
+TEXT_FUNCS = funcs(TEXT_REWARDS)
+
+
+def assert_well_formed(rewards, n):
+    assert isinstance(rewards, list) and len(rewards) == n
+    assert all(r is None or (isinstance(r, float) and math.isfinite(r)) for r in rewards), rewards
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(hostile_text, min_size=1, max_size=6), st.booleans())
+def test_text_rewards_are_total(texts, conversational):
+    completions = [[{"role": "assistant", "content": t}] for t in texts] if conversational else texts
+    ids = [list(range(len(t) % 50)) for t in texts]
+    for func in TEXT_FUNCS:
+        assert_well_formed(func(completions, completion_ids=ids, language=[None] * len(texts)), len(texts))
+
+
+@pytest.mark.slow
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(hostile_text, gold), min_size=1, max_size=4))
+def test_math_rewards_are_total(pairs):
+    texts = [t for t, _ in pairs]
+    golds = [g for _, g in pairs]
+    for func in funcs(MATH_REWARDS):
+        rewards = func(texts, solution=golds, completion_ids=[[0] * len(t) for t in texts], prompts=["p"] * len(texts))
+        assert_well_formed(rewards, len(texts))
