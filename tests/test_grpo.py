@@ -45,6 +45,7 @@ def test_three_steps_train_every_parameter_and_write_outputs(tmp_path, tiny_mode
     assert json.loads((out / "trainer_state.json").read_text())["global_step"] == 3
     assert sorted(log_by_step(out)) == [1, 2, 3]
     assert "rewards/accuracy_reward/mean" in log_by_step(out)[1]
+    assert log_by_step(out)[1]["rewards/accuracy/unparseable_gold"] == 0  # counted, through log_metric
 
     before = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
     after = AutoModelForCausalLM.from_pretrained(out)

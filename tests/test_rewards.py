@@ -258,3 +258,24 @@ def test_import_path_rewards():
     assert func(["abcd"]) == [0.2]
     with pytest.raises(ValueError, match="cannot import reward function"):
         get_reward_funcs(GRPOScriptArguments(dataset_name="x", reward_funcs=["tests.nope:f"]))
+
+
+def test_repetition_penalty_zh_needs_jieba_or_works():
+    try:
+        import jieba  # noqa: F401
+    except ImportError:
+        with pytest.raises(ImportError, match="pip install jieba"):
+            build("repetition_penalty", repetition_language="zh")
+    else:
+        func = build("repetition_penalty", repetition_language="zh", repetition_n_grams=1)
+        assert func(["你好你好"])[0] < 0
+
+
+def test_format_prefill_is_detected_from_the_chat_template():
+    from r1kit.grpo import generation_prompt_ends_in_think
+    from r1kit.modeling import build_char_tokenizer
+
+    tokenizer = build_char_tokenizer()
+    assert not generation_prompt_ends_in_think(tokenizer)
+    tokenizer.chat_template = tokenizer.chat_template.replace("assistant\n'", "assistant\n<think>\n'")
+    assert generation_prompt_ends_in_think(tokenizer)
