@@ -149,7 +149,7 @@ class GRPOScriptArguments(ScriptArguments):
         parallel_code_exec_per_proc (`int` or `None`, defaults to `None`): sandbox concurrency per process; `None`
             is the number of cores.
         e2b_router_url (`str` or `None`), morph_router_url (`str` or `None`): routers for the remote sandboxes.
-        ioi_provider (`str`, defaults to `"piston"`): back end of `ioi_code`.
+        ioi_provider (`str`, defaults to `"local"`): back end of `ioi_code` (`local` or `piston`; Open-R1: piston).
         repetition_language (`str`, defaults to `"en"`): `en` (whitespace words) or `zh` (jieba).
         format_think_prefilled (`bool` or `None`, defaults to `None`): accept completions that start inside the think
             block; `None` turns it on when the chat template's generation prompt ends in `<think>`.
@@ -192,7 +192,7 @@ class GRPOScriptArguments(ScriptArguments):
     )
     e2b_router_url: str | None = field(default=None, metadata={"help": "E2B router host:port."})
     morph_router_url: str | None = field(default=None, metadata={"help": "Morph router host:port."})
-    ioi_provider: str = field(default="piston", metadata={"help": "ioi_code back end: piston or local."})
+    ioi_provider: str = field(default="local", metadata={"help": "ioi_code back end: local or piston."})
     repetition_language: str = field(default="en", metadata={"help": "Repetition penalty tokenisation: en or zh."})
     format_think_prefilled: bool | None = field(
         default=None,

@@ -1,0 +1,115 @@
+"""Code execution for the code rewards: one interface, several back ends.
+
+A provider `execute`s a batch of `Program`s (code, language, per-test stdin and expected output, limits) and returns,
+per program, one `TestResult` per test with a status: passed, wrong answer, runtime error, time limit, memory limit,
+compile error or sandbox error. `sandbox_error` means the back end itself failed (could not start, remote 5xx): the
+rewards turn it into `None`, never into a 0.
+
+Back ends: `local` (default; subprocess isolation, no account), `piston` (a Piston server), `e2b` and `morph` (their
+routers over HTTP, or their SDKs from `pip install r1kit[code]`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+PASSED = "passed"
+WRONG_ANSWER = "wrong_answer"
+RUNTIME_ERROR = "runtime_error"
+TIME_LIMIT = "time_limit"
+MEMORY_LIMIT = "memory_limit"
+COMPILE_ERROR = "compile_error"
+SANDBOX_ERROR = "sandbox_error"
+STATUSES = (PASSED, WRONG_ANSWER, RUNTIME_ERROR, TIME_LIMIT, MEMORY_LIMIT, COMPILE_ERROR, SANDBOX_ERROR)
+LANGUAGES = ("python", "cpp")
+
+
+@dataclass
+class Program:
+    """A program and its tests.
+
+    Args:
+        code (`str`): source code.
+        language (`str`, defaults to `"python"`): `python` or `cpp`.
+        inputs (`list[str]`): stdin of each test.
+        expected (`list[str | None]`): expected stdout of each test; `None` only requires a clean exit.
+        time_limit (`float`, defaults to `5.0`): seconds of wall time per test.
+        memory_mb (`int`, defaults to `512`): address-space limit per test.
+        argv (`list[str]`): extra command-line arguments (e.g. file names for a checker).
+        files (`dict[str, str]`): extra files written next to the program (e.g. a checker's inputs).
+    """
+
+    code: str
+    language: str = "python"
+    inputs: list[str] = field(default_factory=list)
+    expected: list[str | None] = field(default_factory=list)
+    time_limit: float = 5.0
+    memory_mb: int = 512
+    argv: list[str] = field(default_factory=list)
+    files: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self):
+        if not self.expected:
+            self.expected = [None] * len(self.inputs)
+        if len(self.expected) != len(self.inputs):
+            raise ValueError("Program needs one expected output per input")
+
+
+@dataclass
+class TestResult:
+    """The outcome of one test."""
+
+    status: str
+    stdout: str = ""
+    stderr: str = ""
+    seconds: float = 0.0
+
+    @property
+    def passed(self) -> bool:
+        return self.status == PASSED
+
+
+class Provider(Protocol):
+    def execute(self, programs: list[Program]) -> list[list[TestResult]]: ...
+
+
+def normalise_output(text: str) -> list[str]:
+    """Lines with runs of whitespace collapsed, trailing blank lines dropped."""
+    lines = [" ".join(line.split()) for line in text.replace("\r\n", "\n").split("\n")]
+    while lines and not lines[-1]:
+        lines.pop()
+    return lines
+
+
+def outputs_match(actual: str, expected: str) -> bool:
+    """The whole output must match line for line (a missing or extra line is wrong), whitespace-normalised."""
+    return normalise_output(actual) == normalise_output(expected)
+
+
+def judge(result: TestResult, expected: str | None) -> TestResult:
+    """Turns a clean run into passed or wrong answer by comparing its output."""
+    if result.status == PASSED and expected is not None and not outputs_match(result.stdout, expected):
+        result.status = WRONG_ANSWER
+    return result
+
+
+def get_provider(name: str = "local", **options) -> Provider:
+    """The provider `name` (`local`, `piston`, `e2b`, `morph`) built with `options`."""
+    if name == "local":
+        from r1kit.sandbox.local import LocalProvider
+
+        return LocalProvider(**options)
+    if name == "piston":
+        from r1kit.sandbox.remote import PistonProvider
+
+        return PistonProvider(**options)
+    if name == "e2b":
+        from r1kit.sandbox.remote import E2BProvider
+
+        return E2BProvider(**options)
+    if name == "morph":
+        from r1kit.sandbox.remote import MorphProvider
+
+        return MorphProvider(**options)
+    raise ValueError(f"unknown code provider '{name}'; available: local, piston, e2b, morph")

@@ -1,0 +1,303 @@
+"""The local sandbox and the code rewards: 22 hand-written problems, and hostile programs that must stay contained."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+
+import pytest
+
+from r1kit.configs import GRPOScriptArguments
+from r1kit.rewards import get_reward_funcs
+from r1kit.sandbox import (
+    MEMORY_LIMIT,
+    PASSED,
+    RUNTIME_ERROR,
+    SANDBOX_ERROR,
+    TIME_LIMIT,
+    WRONG_ANSWER,
+    Program,
+    get_provider,
+    outputs_match,
+)
+from r1kit.sandbox.local import namespace_prefix
+
+ISOLATED = bool(namespace_prefix())
+
+# (name, tests [(stdin, expected stdout)], {kind: python code}); kinds: correct, wrong, crash, slow, loop
+PROBLEMS = [
+    ("sum", [("1 2\n", "3\n"), ("-5 5\n", "0\n")], {
+        "correct": "a, b = map(int, input().split())\nprint(a + b)",
+        "wrong": "a, b = map(int, input().split())\nprint(a + b + 1)",
+    }),
+    ("reverse", [("abc\n", "cba\n"), ("x\n", "x\n")], {
+        "correct": "print(input()[::-1])", "crash": "print(input()[::-1] + 1)",
+    }),
+    ("max", [("3\n1 9 4\n", "9\n")], {"correct": "input()\nprint(max(map(int, input().split())))", "wrong": "input()\nprint(min(map(int, input().split())))"}),
+    ("vowels", [("banana\n", "3\n"), ("xyz\n", "0\n")], {"correct": "print(sum(c in 'aeiou' for c in input()))"}),
+    ("factorial", [("5\n", "120\n"), ("10\n", "3628800\n")], {
+        "correct": "import math\nprint(math.factorial(int(input())))",
+        "slow": "import time\ntime.sleep(5)\nprint(1)",
+    }),
+    ("fib", [("10\n", "55\n"), ("1\n", "1\n")], {
+        "correct": "n=int(input())\na,b=0,1\nfor _ in range(n): a,b=b,a+b\nprint(a)",
+        "loop": "while True:\n    pass",
+    }),
+    ("prime", [("7\n", "YES\n"), ("8\n", "NO\n")], {
+        "correct": "n=int(input())\nprint('YES' if n>1 and all(n%d for d in range(2,int(n**.5)+1)) else 'NO')",
+        "wrong": "print('MAYBE')",
+    }),
+    ("sort", [("3 1 2\n", "1 2 3\n")], {"correct": "print(*sorted(map(int, input().split())))"}),
+    ("gcd", [("12 18\n", "6\n")], {"correct": "import math\nprint(math.gcd(*map(int, input().split())))"}),
+    ("palindrome", [("abba\n", "True\n"), ("ab\n", "False\n")], {"correct": "s=input()\nprint(s==s[::-1])"}),
+    ("count_up", [("3\n", "1\n2\n3\n")], {
+        "correct": "for i in range(1, int(input())+1): print(i)",
+        "wrong": "input()\nprint(1)",  # truncated output: Open-R1's zip accepted it
+    }),
+    ("words", [("a bb  ccc\n", "3\n")], {"correct": "print(len(input().split()))"}),
+    ("transpose", [("1 2\n3 4\n", "1 3\n2 4\n")], {
+        "correct": "import sys\nrows=[l.split() for l in sys.stdin.read().splitlines()]\nfor c in zip(*rows): print(*c)",
+    }),
+    ("binary", [("5\n", "101\n")], {"correct": "print(bin(int(input()))[2:])"}),
+    ("digits", [("1234\n", "10\n")], {"correct": "print(sum(map(int, input())))", "crash": "import sys\nsys.exit(3)"}),
+    ("upper", [("hi there\n", "HI THERE\n")], {"correct": "print(input().upper())"}),
+    ("second", [("4 1 3\n", "3\n")], {"correct": "print(sorted(map(int, input().split()))[-2])"}),
+    ("distinct", [("1 1 2\n", "2\n")], {"correct": "print(len(set(input().split())))"}),
+    ("running", [("1 2 3\n", "1 3 6\n")], {
+        "correct": "import itertools\nprint(*itertools.accumulate(map(int, input().split())))",
+    }),
+    ("spaces", [("2\n", "a  b   \n\n\n")], {"correct": "input()\nprint('a b')"}),  # whitespace-normalised, trailing blank lines
+    ("cpp_sum", [("1 2\n", "3\n")], {
+        "correct": "#include <iostream>\nint main(){long a,b;std::cin>>a>>b;std::cout<<a+b<<\"\\n\";}",
+        "wrong": "#include <iostream>\nint main(){std::cout<<42<<\"\\n\";}",
+    }),
+    ("cpp_loop", [("1\n", "1\n")], {"loop": "int main(){volatile int x=0; while(true){x++;}}"}),
+]
+EXPECTED = {"correct": 1.0, "wrong": 0.0, "crash": 0.0, "slow": 0.0, "loop": 0.0}
+
+
+def completion(code: str, language: str) -> str:
+    return f"<think>easy</think><answer>\n```{language}\n{code}\n```\n</answer>"
+
+
+def cases_for(kinds: set[str]):
+    for name, tests, solutions in PROBLEMS:
+        language = "cpp" if name.startswith("cpp") else "python"
+        for kind, code in solutions.items():
+            if kind in kinds:
+                info = {"language": language, "time_limit": 1.5,
+                        "test_cases": [{"input": i, "output": o, "type": "stdin_stdout"} for i, o in tests]}
+                yield f"{name}-{kind}", completion(code, language), info, EXPECTED[kind]
+
+
+def reward(name: str, **kw):
+    args = GRPOScriptArguments(dataset_name="x", reward_funcs=[name], parallel_code_exec_per_proc=2, **kw)
+    return get_reward_funcs(args)[0]
+
+
+def test_there_are_twenty_plus_problems():
+    assert len(PROBLEMS) >= 20
+
+
+@pytest.mark.parametrize("name", ["code", "binary_code"])
+def test_problems_score_as_expected(name):
+    cases = list(cases_for(set(EXPECTED)))
+    rewards = reward(name)([c[1] for c in cases], verification_info=[c[2] for c in cases])
+    assert {c[0]: r for c, r in zip(cases, rewards)} == {c[0]: c[3] for c in cases}
+
+
+def test_code_reward_is_the_fraction_of_tests_passed():
+    info = {"test_cases": [{"input": "1\n", "output": "1\n"}, {"input": "2\n", "output": "2\n"}, {"input": "3\n", "output": "9\n"}]}
+    code = completion("print(input())", "python")
+    assert reward("code")([code], verification_info=[info]) == [pytest.approx(2 / 3)]
+    assert reward("binary_code")([code], verification_info=[info]) == [0.0]
+
+
+def test_zero_tests_is_none_and_missing_code_is_zero():
+    logged = {}
+    out = reward("code")(
+        [completion("print(1)", "python"), "no code here"],
+        verification_info=[{"test_cases": []}, {"test_cases": [{"input": "", "output": "1"}]}],
+        log_metric=logged.__setitem__,
+    )
+    assert out == [None, 0.0] and logged["rewards/code/sandbox_errors"] == 0.0
+
+
+def test_sandbox_failure_is_none_not_zero(monkeypatch):
+    from r1kit.sandbox import local
+
+    monkeypatch.setattr(local, "HARNESS", local.HARNESS.with_name("missing_harness.py"))
+    logged = {}
+    out = reward("code")(
+        [completion("print(1)", "python")], verification_info=[{"test_cases": [{"input": "", "output": "1"}]}],
+        log_metric=logged.__setitem__,
+    )
+    assert out == [None] and logged["rewards/code/sandbox_errors"] == 1.0
+
+
+def test_last_fenced_block_of_the_rows_language_is_run():
+    text = "```python\nprint(1)\n```\nthen\n```cpp\nint main(){}\n```\n```python\nprint(2)\n```"
+    info = {"language": "python", "test_cases": [{"input": "", "output": "2"}]}
+    assert reward("code")([text], verification_info=[info]) == [1.0]
+
+
+def test_output_comparison():
+    assert outputs_match("1 2\n3\n", "1  2 \n3\n\n")
+    assert not outputs_match("1\n", "1\n2\n")  # a missing line is wrong
+    assert not outputs_match("1\n2\n", "1\n")  # an extra line is wrong
+
+
+CHECKER = """import sys
+inp, correct, got = (open(p).read().split() for p in sys.argv[1:4])
+print(1 if sorted(got) == sorted(correct) else 0)
+"""
+
+
+def cf_row(checker=None, **kw):
+    tests = [{"input": "3\n", "output": "1 2 3\n"}, {"input": "2\n", "output": "1 2\n"}, {"input": "1\n", "output": "1\n"}]
+    return {"official_tests": tests, "generated_checker": checker, "language": "python", "time_limit": 1.5, **kw}
+
+
+@pytest.mark.parametrize(
+    ("code", "mode", "checker", "expected"),
+    [
+        ("print(*range(1, int(input())+1))", "weighted_sum", None, 1.1),
+        ("print(*range(int(input()), 0, -1))", "weighted_sum", None, pytest.approx(0.1 * 1 / 3)),  # only n=1 matches
+        ("print(*range(int(input()), 0, -1))", "weighted_sum", CHECKER, 1.1),  # any order accepted by the checker
+        ("print(*range(int(input()), 0, -1))", "partial", None, pytest.approx(1 / 3)),
+        ("print(*range(int(input()), 0, -1))", "pass_fail", None, 0.0),
+        ("while True: pass", "partial", None, 0.0),
+        ("print(1/0)", "weighted_sum", CHECKER, 0.0),
+    ],
+)
+def test_cf_code_scoring_and_checkers(code, mode, checker, expected):
+    func = reward("cf_code", code_eval_scoring_mode=mode, code_eval_test_batch_size=-1)
+    assert func([completion(code, "python")], **{k: [v] for k, v in cf_row(checker).items()}) == [expected]
+
+
+def test_cf_code_no_code_compile_error_and_no_tests():
+    func = reward("cf_code")
+    rows = [cf_row(), cf_row(language="cpp"), cf_row(official_tests=[])]
+    texts = ["no code", completion("int main( {", "cpp"), completion("print(1)", "python")]
+    assert func(texts, **{k: [r[k] for r in rows] for k in rows[0]}) == [-1.0, -0.1, None]
+
+
+def test_ioi_subtask_is_the_minimum_over_its_tests():
+    func = reward("ioi_code", code_eval_test_batch_size=1)
+    ok = "#include <iostream>\nint main(){long a;std::cin>>a;std::cout<<a*2<<std::endl;}"
+    half = "#include <iostream>\nint main(){long a;std::cin>>a;std::cout<<(a<3?a*2:0)<<std::endl;}"
+    row = {"test_cases": {"t1": {"input": "1", "output": "2"}, "t2": {"input": "5", "output": "10"}},
+           "test_names": ["t1", "t2"], "id": "double", "subtask": 1, "time_limit": 1, "memory_limit": 256}
+    out = func([completion(ok, "cpp"), completion(half, "cpp"), "none"], **{k: [v] * 3 for k, v in row.items()})
+    assert out == [1.0, 0.0, 0.0]
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Containment: each hostile program leaves the test process and the machine unharmed, scores 0, and ends in time.
+# --------------------------------------------------------------------------------------------------------------------
+def run_one(code: str, time_limit=2.0, memory_mb=256, tests=1, **kw):
+    provider = get_provider("local", num_parallel=1, **kw)
+    start = time.monotonic()
+    (results,) = provider.execute([Program(code, inputs=[""] * tests, expected=["ok"] * tests, time_limit=time_limit, memory_mb=memory_mb)])
+    return results, time.monotonic() - start
+
+
+def test_fork_bomb_is_contained():
+    code = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass"
+    results, elapsed = run_one(code, time_limit=2.0)
+    assert results[0].status in (TIME_LIMIT, RUNTIME_ERROR) and elapsed < 30
+    time.sleep(0.5)
+    leftover = subprocess.run(["pgrep", "-f", "r1kit/sandbox/_harness.py"], capture_output=True, text=True).stdout
+    assert leftover.strip() == ""
+
+
+def test_memory_bomb_is_contained():
+    results, elapsed = run_one("x = []\nwhile True:\n    x.append(bytearray(10**7))", memory_mb=256)
+    assert results[0].status == MEMORY_LIMIT and elapsed < 30
+
+
+def test_infinite_loop_stops_at_the_limit():
+    results, elapsed = run_one("while True:\n    pass", time_limit=1.0)
+    assert results[0].status == TIME_LIMIT and elapsed < 10
+
+
+def test_a_gigabyte_of_output_is_cut_short():
+    code = "import sys\nchunk = 'x' * 1_000_000\nfor _ in range(1000):\n    sys.stdout.write(chunk)"
+    results, elapsed = run_one(code, time_limit=20.0, max_output=1 << 20)
+    assert results[0].status == RUNTIME_ERROR and len(results[0].stdout) <= 1 << 20 and elapsed < 30
+
+
+def test_parent_environment_secrets_are_invisible(monkeypatch):
+    monkeypatch.setenv("R1KIT_TEST_SECRET", "s3cr3t-value")
+    code = (
+        "import os\nprint(os.environ.get('R1KIT_TEST_SECRET'))\n"
+        f"try:\n    print(open('/proc/{os.getpid()}/environ', 'rb').read())\nexcept Exception as e:\n    print(type(e).__name__)"
+    )
+    (result,), _ = run_one(code)
+    assert "s3cr3t" not in result.stdout and result.stdout.startswith("None")
+
+
+@pytest.mark.skipif(not ISOLATED, reason="network isolation needs namespaces")
+def test_no_network_even_to_localhost():
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    server.settimeout(5)
+    port = server.getsockname()[1]
+    connections = []
+    thread = threading.Thread(target=lambda: _accept(server, connections))
+    thread.start()
+    code = f"import socket\ns = socket.create_connection(('127.0.0.1', {port}), timeout=2)\ns.sendall(b'hi')\nprint('ok')"
+    (result,), _ = run_one(code)
+    thread.join()
+    server.close()
+    assert connections == [] and result.status == RUNTIME_ERROR
+
+
+def _accept(server, connections):
+    try:
+        connections.append(server.accept())
+    except OSError:
+        pass
+
+
+def test_writes_outside_the_working_directory_do_not_land(tmp_path):
+    escape_tmp = f"/tmp/r1kit-escape-{uuid.uuid4().hex}"
+    escape_cwd = os.path.join(os.getcwd(), f"r1kit-escape-{uuid.uuid4().hex}")
+    code = "\n".join(
+        f"try:\n    open({path!r}, 'w').write('x')\n    print('wrote')\nexcept Exception as e:\n    print(type(e).__name__)"
+        for path in (escape_tmp, escape_cwd)
+    )
+    (result,), _ = run_one(code)
+    assert not os.path.exists(escape_tmp) and not os.path.exists(escape_cwd)
+    assert result.status != PASSED
+
+
+def test_signalling_the_parent_harms_nothing():
+    code = (
+        "import os, signal\n"
+        "for target in (os.getppid(), -1, 1, " + str(os.getpid()) + "):\n"
+        "    try:\n        os.kill(target, signal.SIGKILL)\n    except Exception:\n        pass\n"
+        "print('still here')"
+    )
+    results, _ = run_one(code, tests=2)
+    assert len(results) == 2 and all(r.status in (WRONG_ANSWER, RUNTIME_ERROR) for r in results)  # the harness survived
+    # and so did this process (we are running this line)
+
+
+def test_provider_names():
+    with pytest.raises(ValueError, match="unknown code provider"):
+        get_provider("nope")
+    assert SANDBOX_ERROR == "sandbox_error"
+
+
+def test_program_sees_a_clean_environment_and_no_trainer_files():
+    code = "import os\nprint(sorted(k for k in os.environ if k not in ('PATH', 'LANG', 'LC_ALL')))\nprint(os.path.exists('pyproject.toml'))"
+    (result,), _ = run_one(code)
+    assert result.stdout.splitlines()[0] == "[]"
+    assert sys.platform != "linux" or result.stdout.splitlines()[1] == "False" or not ISOLATED
