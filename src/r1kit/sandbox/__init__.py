@@ -94,6 +94,34 @@ def judge(result: TestResult, expected: str | None) -> TestResult:
     return result
 
 
+def results_from_reply(program: Program, reply: dict) -> list[TestResult]:
+    """Judged results from a harness reply ({compile, results}); raises ValueError on a malformed reply."""
+    if reply.get("compile") and not reply["compile"]["ok"]:
+        return [TestResult(COMPILE_ERROR, stderr=reply["compile"]["stderr"]) for _ in program.inputs]
+    results = [TestResult(r["status"], r["stdout"], r["stderr"], r["seconds"]) for r in reply["results"]]
+    if len(results) != len(program.inputs) or any(r.status not in STATUSES for r in results):
+        raise ValueError("malformed sandbox reply")
+    return [judge(r, expected) for r, expected in zip(results, program.expected)]
+
+
+def harness_request(program: Program, uid: int = 0, max_output: int = 16 << 20, max_processes: int = 64,
+                    hide: list[str] | None = None) -> dict:
+    """The request `_harness.serve` takes for `program`."""
+    return {
+        "language": program.language,
+        "code": program.code,
+        "inputs": program.inputs,
+        "time_limit": program.time_limit,
+        "memory_mb": program.memory_mb,
+        "max_output": max_output,
+        "nproc": max_processes,
+        "uid": uid,
+        "hide": hide or [],
+        "argv": program.argv,
+        "files": program.files,
+    }
+
+
 def get_provider(name: str = "local", **options) -> Provider:
     """The provider `name` (`local`, `piston`, `e2b`, `morph`) built with `options`."""
     if name == "local":

@@ -216,8 +216,8 @@ def compile_cpp(request):
     return {"ok": proc.returncode == 0, "stderr": proc.stderr[-4000:]}
 
 
-def main():
-    request = json.loads(sys.stdin.read())
+def serve(request):
+    """Runs one program's tests; returns the reply."""
     if NAMESPACED and IS_ROOT:
         private_mounts(request.get("hide", []))
     workdir = os.path.join("/tmp", f"r1kit-run-{os.getpid()}-{time.monotonic_ns()}")
@@ -225,18 +225,17 @@ def main():
     if IS_ROOT and request["uid"]:
         os.chown(workdir, request["uid"], request["uid"])
     os.chdir(workdir)
-    for name, content in request.get("files", {}).items():
-        with open(os.path.basename(name), "w") as f:
-            f.write(content)
     reply = {"compile": None, "results": []}
-    argv = None
-    if request["language"] == "cpp":
-        reply["compile"] = compile_cpp(request)
-        if not reply["compile"]["ok"]:
-            sys.stdout.write(json.dumps(reply))
-            return
-        argv = [os.path.join(workdir, "solution")]
     try:
+        for name, content in request.get("files", {}).items():
+            with open(os.path.basename(name), "w") as f:
+                f.write(content)
+        argv = None
+        if request["language"] == "cpp":
+            reply["compile"] = compile_cpp(request)
+            if not reply["compile"]["ok"]:
+                return reply
+            argv = [os.path.join(workdir, "solution")]
         for i in range(len(request["inputs"])):
             reply["results"].append(run_test(request, i, argv))
     finally:
@@ -245,6 +244,11 @@ def main():
             import shutil
 
             shutil.rmtree(workdir, ignore_errors=True)
+    return reply
+
+
+def main():
+    reply = serve(json.loads(sys.stdin.read()))
     sys.stdout.write(json.dumps(reply))
     sys.stdout.flush()
 

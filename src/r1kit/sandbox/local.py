@@ -21,7 +21,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from r1kit.sandbox import COMPILE_ERROR, SANDBOX_ERROR, Program, TestResult, judge
+from r1kit.sandbox import SANDBOX_ERROR, Program, TestResult, harness_request, results_from_reply
 
 logger = logging.getLogger(__name__)
 
@@ -98,19 +98,8 @@ class LocalProvider:
         uid = random.randrange(200_000, 2_000_000) if os.geteuid() == 0 else 0  # a uid of its own (root only)
         if namespaced and "--user" in namespace_prefix():
             uid = 0  # inside a user namespace only root is mapped
-        return {
-            "language": program.language,
-            "code": program.code,
-            "inputs": program.inputs,
-            "time_limit": program.time_limit,
-            "memory_mb": program.memory_mb,
-            "max_output": self.max_output,
-            "nproc": self.max_processes,
-            "uid": uid,
-            "hide": _hidden_paths() if namespaced else [],
-            "argv": program.argv,
-            "files": program.files,
-        }
+        hide = _hidden_paths() if namespaced else []
+        return harness_request(program, uid, self.max_output, self.max_processes, hide)
 
     def _run_program(self, program: Program) -> list[TestResult]:
         if not program.inputs:
@@ -123,16 +112,10 @@ class LocalProvider:
             proc = subprocess.run(
                 cmd, input=json.dumps(request), capture_output=True, text=True, env=env, cwd="/", timeout=budget
             )
-            reply = json.loads(proc.stdout)
-        except (OSError, ValueError, subprocess.TimeoutExpired) as e:
+            return results_from_reply(program, json.loads(proc.stdout))
+        except (OSError, ValueError, KeyError, TypeError, subprocess.TimeoutExpired) as e:
             stderr = getattr(e, "stderr", None) or (proc.stderr if "proc" in locals() else "")
             return self._failed(program, f"sandbox failed: {e}; {str(stderr)[-500:]}")
-        if reply.get("compile") and not reply["compile"]["ok"]:
-            return [TestResult(COMPILE_ERROR, stderr=reply["compile"]["stderr"]) for _ in program.inputs]
-        results = [TestResult(r["status"], r["stdout"], r["stderr"], r["seconds"]) for r in reply["results"]]
-        if len(results) != len(program.inputs):
-            return self._failed(program, "sandbox returned too few results")
-        return [judge(r, expected) for r, expected in zip(results, program.expected)]
 
     def _failed(self, program: Program, why: str) -> list[TestResult]:
         self.sandbox_errors += 1
