@@ -277,5 +277,5 @@ def test_format_prefill_is_detected_from_the_chat_template():
 
     tokenizer = build_char_tokenizer()
     assert not generation_prompt_ends_in_think(tokenizer)
-    tokenizer.chat_template = tokenizer.chat_template.replace("assistant\n'", "assistant\n<think>\n'")
+    tokenizer.chat_template = tokenizer.chat_template.replace("'<|assistant|>' }}{% endif %}", "'<|assistant|><think>\n' }}{% endif %}")
     assert generation_prompt_ends_in_think(tokenizer)

@@ -9,7 +9,9 @@ USAGE = """usage: r1kit <command> [options]
 commands:
   grpo      train with GRPO from a recipe: r1kit grpo [--config recipe.yaml] [--dry-run] [--key value ...]
             (no --config: the embedded demo recipe)
+  sft       supervised cold start: r1kit sft --config recipes/demo/sft.yaml
   rewards   list the registered reward functions and the dataset columns each needs
+  report    draw a run's curves: r1kit report OUTPUT_DIR (writes OUTPUT_DIR/report.png)
 
 Run `r1kit <command> --help` for a command's options.
 """
@@ -45,11 +47,23 @@ def grpo_command(argv: list[str]) -> int:
             print(dry_run(script_args, training_args, model_args))
             print("recipe OK: keys, cross-field rules and (local) dataset columns checked; no model loaded.")
             return 0
-        main(script_args, training_args, model_args)
+        metrics = main(script_args, training_args, model_args)
+        if "summary" in metrics:
+            print_summary(metrics["summary"])
     except ConfigError as e:
         print(f"r1kit: error: {e}", file=sys.stderr)
         return 2
     return 0
+
+
+def print_summary(summary: dict) -> None:
+    before, after = summary["accuracy_before"], summary["accuracy_after"]
+    print(
+        f"\nHeld-out accuracy {before:.1%} -> {after:.1%} ({(after - before) * 100:+.1f} points) "
+        f"in {summary['steps']} GRPO steps, {summary['train_seconds']:.0f} s of training.\n"
+        f"Outputs: {summary['output_dir']} (model, completions.jsonl, summary.json). "
+        f"Draw the curves: r1kit report {summary['output_dir']}"
+    )
 
 
 def _parse_for_world_size(argv: list[str], world_size: str | None):
@@ -81,7 +95,21 @@ def rewards_command(argv: list[str]) -> int:
     return 0
 
 
-COMMANDS = {"grpo": grpo_command, "rewards": rewards_command}
+def sft_command(argv: list[str]) -> int:
+    """`r1kit sft --config recipe.yaml`: the cold-start SFT stage."""
+    from r1kit.sft import cli
+
+    return cli(argv)
+
+
+def report_command(argv: list[str]) -> int:
+    """`r1kit report OUTPUT_DIR`: curves to a PNG and a table."""
+    from r1kit.report import cli
+
+    return cli(argv)
+
+
+COMMANDS = {"grpo": grpo_command, "sft": sft_command, "rewards": rewards_command, "report": report_command}
 
 
 def main(argv: list[str] | None = None) -> int:

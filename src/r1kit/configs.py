@@ -272,6 +272,11 @@ class GRPOConfig(trl.GRPOConfig):
         wandb_entity / wandb_project / wandb_run_group (`str` or `None`): exported as `WANDB_*` variables.
         resume (`str`, defaults to `"auto"`): `auto` resumes from the newest complete checkpoint in `output_dir`,
             `never` starts fresh, a path resumes from that checkpoint.
+        heldout_eval_steps (`int`, defaults to `0`): with the `heldout_accuracy` callback, evaluate every N steps
+            (0: only before and after training).
+        heldout_size (`int`, defaults to `200`): test problems the `heldout_accuracy` callback evaluates.
+        log_completions_file (`bool`, defaults to `True`): write every scored completion with its rewards to
+            `OUTPUT_DIR/completions.jsonl`.
         bf16 (`bool` or `None`, defaults to `None`): `None` means bf16 where a GPU supports it, fp32 otherwise;
             `true` on a machine without a GPU becomes fp32 with a warning.
     """
@@ -288,6 +293,9 @@ class GRPOConfig(trl.GRPOConfig):
     wandb_project: str | None = field(default=None, metadata={"help": "W&B project."})
     wandb_run_group: str | None = field(default=None, metadata={"help": "W&B run group."})
     resume: str = field(default="auto", metadata={"help": "auto | never | path to a checkpoint."})
+    heldout_eval_steps: int = field(default=0, metadata={"help": "heldout_accuracy: evaluate every N steps (0: start/end)."})
+    heldout_size: int = field(default=200, metadata={"help": "heldout_accuracy: test problems evaluated."})
+    log_completions_file: bool = field(default=True, metadata={"help": "Write OUTPUT_DIR/completions.jsonl."})
 
     def __post_init__(self):
         has_gpu = _cuda_available()

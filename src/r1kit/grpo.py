@@ -124,6 +124,11 @@ def validate_args(script_args: GRPOScriptArguments, training_args: GRPOConfig, m
             raise ConfigError(f"repetition_max_penalty must be <= 0, got {script_args.repetition_max_penalty}")
         if script_args.repetition_n_grams < 1:
             raise ConfigError(f"repetition_n_grams must be >= 1, got {script_args.repetition_n_grams}")
+    from r1kit.callbacks import CALLBACKS
+
+    unknown = [c for c in training_args.callbacks if c not in CALLBACKS]
+    if unknown:
+        raise ConfigError(f"unknown callback(s) {unknown}; valid names: {', '.join(CALLBACKS)}")
     if model_args.model_name_or_path is None:
         raise ConfigError("model_name_or_path is required: a Hub id, a local folder or r1kit:tiny-random")
     if training_args.resume not in ("auto", "never") and not Path(training_args.resume).is_dir():
@@ -142,7 +147,10 @@ def is_local_data(script_args: GRPOScriptArguments) -> bool:
 
 
 def prepare_dataset(script_args: GRPOScriptArguments, training_args: GRPOConfig):
-    """Loads the data, checks the rewards' columns and builds the conversational prompts."""
+    """Loads the data, checks the rewards' columns and builds the conversational prompts. Returns the
+    conversational dataset and the raw one (callbacks read the raw prompts)."""
+    from datasets import DatasetDict
+
     from r1kit.data import check_reward_columns, get_dataset, to_conversations
 
     dataset = get_dataset(script_args)
@@ -150,7 +158,8 @@ def prepare_dataset(script_args: GRPOScriptArguments, training_args: GRPOConfig)
     if split not in dataset:
         raise ConfigError(f"dataset_train_split '{split}' not found; splits: {', '.join(dataset)}")
     check_reward_columns(script_args.reward_funcs, dataset[split].column_names, split)
-    return to_conversations(dataset, script_args.dataset_prompt_column, training_args.system_prompt)
+    raw = DatasetDict(dict(dataset))
+    return to_conversations(dataset, script_args.dataset_prompt_column, training_args.system_prompt), raw
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -212,18 +221,22 @@ def write_run_metadata(training_args: GRPOConfig, resumed_from: str | None, worl
     (Path(training_args.output_dir) / "r1kit_run.json").write_text(json.dumps(meta, indent=2))
 
 
-def build_trainer(script_args: GRPOScriptArguments, training_args: GRPOConfig, model_args: Any, dataset, callbacks=()):
-    """Tokenizer, model, rewards and `GRPOTrainer`, as Open-R1 builds them."""
+def build_trainer(script_args: GRPOScriptArguments, training_args: GRPOConfig, model_args: Any, dataset, raw_dataset=None):
+    """Tokenizer, model, rewards, callbacks and `GRPOTrainer`, as Open-R1 builds them."""
     from trl import GRPOTrainer, get_peft_config
 
+    from r1kit.callbacks import CompletionsRecorder, get_callbacks
     from r1kit.modeling import get_model, get_tokenizer
     from r1kit.rewards import get_reward_funcs
 
     tokenizer = get_tokenizer(model_args, training_args)
     if script_args.format_think_prefilled is None:
         script_args.format_think_prefilled = generation_prompt_ends_in_think(tokenizer)
+    is_main = training_args.process_index == 0
+    callbacks = get_callbacks(script_args, training_args, raw_dataset or dataset, tokenizer, is_main)
     model = get_model(model_args, training_args)
-    reward_funcs = get_reward_funcs(script_args, training_args)
+    recorder = CompletionsRecorder(training_args.output_dir, enabled=training_args.log_completions_file and is_main)
+    reward_funcs = recorder.wrap(get_reward_funcs(script_args, training_args))
     eval_dataset = None
     if training_args.eval_strategy != "no":
         if script_args.dataset_test_split not in dataset:
@@ -239,7 +252,7 @@ def build_trainer(script_args: GRPOScriptArguments, training_args: GRPOConfig, m
         train_dataset=dataset[script_args.dataset_train_split],
         eval_dataset=eval_dataset,
         peft_config=get_peft_config(model_args),
-        callbacks=list(callbacks),
+        callbacks=callbacks,
         processing_class=tokenizer,
     )
 
@@ -264,10 +277,13 @@ def main(script_args: GRPOScriptArguments, training_args: GRPOConfig, model_args
     logger.info("Model arguments %s", model_args)
 
     validate_args(script_args, training_args, model_args)
+    from r1kit.callbacks import check_hub_revision
+
+    check_hub_revision(training_args)
     checkpoint = find_resume_checkpoint(training_args.output_dir, training_args.resume)
     export_wandb_env(training_args)
-    dataset = prepare_dataset(script_args, training_args)
-    trainer = build_trainer(script_args, training_args, model_args, dataset)
+    dataset, raw_dataset = prepare_dataset(script_args, training_args)
+    trainer = build_trainer(script_args, training_args, model_args, dataset, raw_dataset)
     if trainer.accelerator.is_main_process:
         write_run_metadata(training_args, checkpoint, world_size)
 
@@ -304,7 +320,30 @@ def main(script_args: GRPOScriptArguments, training_args: GRPOConfig, model_args
     if training_args.push_to_hub:
         logger.info("Pushing to the Hub...")
         trainer.push_to_hub(dataset_name=script_args.dataset_name, tags=["r1kit"])
+    summary = write_summary(trainer, metrics, training_args)
+    if summary:
+        metrics["summary"] = summary
     return metrics
+
+
+def write_summary(trainer, metrics: dict, training_args: GRPOConfig) -> dict | None:
+    """`OUTPUT_DIR/summary.json` (accuracy before/after, seconds, steps) when held-out accuracy was tracked."""
+    from r1kit.callbacks import HeldOutAccuracyCallback
+
+    tracker = next((c for c in trainer.callback_handler.callbacks if isinstance(c, HeldOutAccuracyCallback)), None)
+    if tracker is None or not tracker.history or not trainer.accelerator.is_main_process:
+        return None
+    history = sorted(tracker.history, key=lambda r: r["step"])
+    summary = {
+        "accuracy_before": history[0]["accuracy"],
+        "accuracy_after": history[-1]["accuracy"],
+        "train_seconds": round(metrics.get("train_runtime", 0.0), 1),
+        "steps": trainer.state.global_step,
+        "output_dir": str(Path(training_args.output_dir).resolve()),
+        "accuracy_curve": [(r["step"], r["accuracy"]) for r in history],
+    }
+    (Path(training_args.output_dir) / "summary.json").write_text(json.dumps(summary, indent=2))
+    return summary
 
 
 def dry_run(script_args: GRPOScriptArguments, training_args: GRPOConfig, model_args: Any) -> str:
@@ -313,7 +352,10 @@ def dry_run(script_args: GRPOScriptArguments, training_args: GRPOConfig, model_a
 
     validate_args(script_args, training_args, model_args)
     if is_local_data(script_args):
-        prepare_dataset(script_args, training_args)
+        dataset, raw = prepare_dataset(script_args, training_args)
+        from r1kit.callbacks import get_callbacks
+
+        get_callbacks(script_args, training_args, raw, None)  # a callback's own data checks
     else:
         logger.info("Dataset %s is remote: its columns are checked when the run starts.", script_args.dataset_name)
 

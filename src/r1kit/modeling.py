@@ -11,15 +11,17 @@ from typing import Any
 logger = logging.getLogger(__name__)
 
 BUILTIN_PREFIX = "r1kit:"
-BUILTIN_MODELS = ("tiny-random",)
-BUILTIN_FORMAT = 2  # bump when the built-in tokenizer or model changes, so stale caches are rebuilt
+BUILTIN_MODELS = ("tiny-random", "demo")
+DEMO_MODEL = Path(__file__).parent / "assets" / "demo_model"  # made by `r1kit sft --config recipes/demo/sft.yaml`
+BUILTIN_FORMAT = 3  # bump when the built-in tokenizer or model changes, so stale caches are rebuilt
 # Characters of the built-in character-level tokenizer: enough for arithmetic prompts and R1-style tags.
 CHARS = "0123456789+-*/=.,:;!?()[]{}<>'\"_^$\\|&%#@~ \nabcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-SPECIALS = ["<pad>", "<|im_start|>", "<|im_end|>"]
+SPECIALS = ["<pad>", "<unk>", "<|system|>", "<|user|>", "<|assistant|>", "<|im_end|>"]
 TAG_TOKENS = ["<think>", "</think>", "<answer>", "</answer>"]  # normal tokens: TRL decodes skipping specials
+# Roles are single special tokens, so a tokenizer whose characters are only digits can still hold a conversation.
 CHAT_TEMPLATE = (
-    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>\n' }}"
-    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+    "{% for message in messages %}{{ '<|' + message['role'] + '|>' + message['content'] + '<|im_end|>' }}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>' }}{% endif %}"
 )
 
 
@@ -27,13 +29,14 @@ def cache_dir() -> Path:
     return Path(os.environ.get("R1KIT_CACHE", Path.home() / ".cache" / "r1kit"))
 
 
-def build_char_tokenizer():
-    """A character-level tokenizer (single-token tags, ChatML template, eos `<|im_end|>`), built offline."""
+def build_char_tokenizer(chars: str = CHARS):
+    """A character-level tokenizer over `chars` (plus single-token tags and roles; eos `<|im_end|>`), built offline.
+    Characters outside `chars` become `<unk>`."""
     from tokenizers import AddedToken, Tokenizer, decoders, models
     from transformers import PreTrainedTokenizerFast
 
-    vocab = {tok: i for i, tok in enumerate(SPECIALS + list(dict.fromkeys(CHARS)))}
-    tok = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token=None, ignore_merges=True))
+    vocab = {tok: i for i, tok in enumerate(SPECIALS + list(dict.fromkeys(chars)))}
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>", ignore_merges=True))
     tok.decoder = decoders.Fuse()  # characters join back without separators
     tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIALS])
     tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in TAG_TOKENS])
@@ -42,7 +45,7 @@ def build_char_tokenizer():
         eos_token="<|im_end|>",
         pad_token="<pad>",
         bos_token=None,
-        unk_token=None,
+        unk_token="<unk>",
         padding_side="left",
         model_max_length=1024,
     )
@@ -79,6 +82,8 @@ def resolve_model_path(name: str) -> str:
     if not name.startswith(BUILTIN_PREFIX):
         return name
     which = name[len(BUILTIN_PREFIX) :]
+    if which == "demo":
+        return str(DEMO_MODEL)
     if which not in BUILTIN_MODELS:
         raise ValueError(f"unknown built-in model '{name}'; available: {', '.join(BUILTIN_PREFIX + m for m in BUILTIN_MODELS)}")
     folder = cache_dir() / "models" / f"{which}-v{BUILTIN_FORMAT}"

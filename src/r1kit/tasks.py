@@ -39,6 +39,33 @@ def addition_problems(
     return rows
 
 
+def worked_solution(a: int, b: int) -> str:
+    """The R1-style completion for a+b: digit-by-digit addition from the right, with carries, then the answer.
+
+    >>> worked_solution(347, 178)
+    '<think>7+8+0=15,4+7+1=12,3+1+1=5</think><answer>525</answer>'
+    """
+    xs, ys = str(a)[::-1], str(b)[::-1]
+    steps, carry = [], 0
+    for i in range(max(len(xs), len(ys))):
+        x, y = int(xs[i]) if i < len(xs) else 0, int(ys[i]) if i < len(ys) else 0
+        total = x + y + carry
+        steps.append(f"{x}+{y}+{carry}={total}")
+        carry = total // 10
+    return f"<think>{','.join(steps)}</think><answer>{a + b}</answer>"
+
+
+def sft_rows(split: str, size: int, seed: int = 0) -> list[dict]:
+    """Prompt-completion conversations with worked solutions, for the cold-start SFT stage."""
+    return [
+        {
+            "prompt": [{"role": "user", "content": row["prompt"]}],
+            "completion": [{"role": "assistant", "content": worked_solution(row["a"], row["b"])}],
+        }
+        for row in addition_problems(split, size, seed)
+    ]
+
+
 def load_task(name: str, train_size: int = 2000, test_size: int = 200, seed: int = 0):
     """The built-in task `name` as a `DatasetDict` with `train` and `test` splits."""
     from datasets import Dataset, DatasetDict

@@ -1,0 +1,238 @@
+"""Training callbacks, named in a recipe's `callbacks:` list, plus the completions log every run writes.
+
+- `heldout_accuracy`: greedy accuracy on the dataset's test split before training, every `heldout_eval_steps` steps
+  and at the end, written to `OUTPUT_DIR/heldout_accuracy.jsonl` (what the demo reports and `r1kit report` draws).
+- `push_to_hub_revision`: each checkpoint published as revision `{hub_model_revision}-step-{N:09d}` of `hub_model_id`
+  (the Hub, or `file:///dir`), in the background.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from transformers import TrainerCallback
+
+logger = logging.getLogger(__name__)
+
+
+class HeldOutAccuracyCallback(TrainerCallback):
+    """Greedy held-out accuracy before, during and after training (main process only)."""
+
+    def __init__(self, tokenizer, problems: list[str], golds: list[Any], output_dir: str, every_steps: int = 0,
+                 system_prompt: str | None = None, max_new_tokens: int = 64, is_main_process: bool = True,
+                 stop_at: float | None = None):
+        self.tokenizer = tokenizer
+        self.problems, self.golds = problems, golds
+        self.path = Path(output_dir) / "heldout_accuracy.jsonl"
+        self.every_steps = every_steps
+        self.system_prompt = system_prompt
+        self.max_new_tokens = max_new_tokens
+        self.is_main_process = is_main_process
+        self.stop_at = stop_at  # stop training once held-out accuracy reaches this (the demo's cold start)
+        self.history: list[dict] = []
+
+    def evaluate(self, model, step: int) -> float:
+        from r1kit.evaluation import greedy_accuracy
+
+        start = time.monotonic()
+        accuracy, _ = greedy_accuracy(
+            model, self.tokenizer, self.problems, self.golds, self.system_prompt, self.max_new_tokens
+        )
+        record = {"step": step, "accuracy": accuracy, "seconds": round(time.monotonic() - start, 2), "n": len(self.problems)}
+        self.history.append(record)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.path.open("a") as f:
+            f.write(json.dumps(record) + "\n")
+        logger.info("Held-out accuracy at step %d: %.3f (%d problems)", step, accuracy, len(self.problems))
+        return accuracy
+
+    def _due(self, step: int) -> bool:
+        return self.is_main_process and not any(r["step"] == step for r in self.history)
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        if self._due(state.global_step):
+            self.evaluate(model, state.global_step)
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        if self.every_steps and state.global_step % self.every_steps == 0 and self._due(state.global_step):
+            accuracy = self.evaluate(model, state.global_step)
+            if self.stop_at is not None and accuracy >= self.stop_at:
+                logger.info("Held-out accuracy %.3f reached stop_at_accuracy %.3f: stopping.", accuracy, self.stop_at)
+                control.should_training_stop = True
+        return control
+
+    def on_train_end(self, args, state, control, model=None, **kwargs):
+        if self._due(state.global_step):
+            self.evaluate(model, state.global_step)
+
+
+def _heldout_accuracy(script_args, training_args, dataset, tokenizer, is_main_process) -> TrainerCallback:
+    from r1kit.configs import ConfigError
+
+    split = script_args.dataset_test_split
+    if split not in dataset:
+        raise ConfigError(f"callback heldout_accuracy needs a '{split}' split (dataset_test_split); splits: {list(dataset)}")
+    test = dataset[split].select(range(min(training_args.heldout_size, len(dataset[split]))))
+    if "solution" not in test.column_names:
+        raise ConfigError(f"callback heldout_accuracy needs a 'solution' column; columns: {test.column_names}")
+    return HeldOutAccuracyCallback(
+        tokenizer,
+        [str(p) for p in test[script_args.dataset_prompt_column]],
+        list(test["solution"]),
+        training_args.output_dir,
+        training_args.heldout_eval_steps,
+        training_args.system_prompt,
+        training_args.max_completion_length,
+        is_main_process,
+    )
+
+
+class PushToHubRevisionCallback(TrainerCallback):
+    """On each save (main process only), publishes `checkpoint-N` as revision `{hub_model_revision}-step-{N:09d}` of
+    `hub_model_id`, in the background; weights, config and tokenizer go, optimizer and RNG states do not. A failed
+    upload is logged and retried, never fatal; training end waits for pending uploads."""
+
+    def __init__(self, hub_model_id: str, base_revision: str, output_dir: str, client=None, retries: int = 3,
+                 is_main_process: bool = True):
+        from concurrent.futures import ThreadPoolExecutor
+
+        from r1kit.hub import get_hub_client
+
+        self.client = client or get_hub_client(hub_model_id)
+        self.base_revision = base_revision
+        self.output_dir = Path(output_dir)
+        self.retries = retries
+        self.is_main_process = is_main_process
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="r1kit-push")
+        self.futures = []
+        self.published: list[str] = []
+
+    def on_save(self, args, state, control, **kwargs):
+        if not self.is_main_process:
+            return
+        from r1kit.hub import revision_name
+
+        step = state.global_step
+        folder = self.output_dir / f"checkpoint-{step}"
+        self.futures.append(self.executor.submit(self._publish, folder, revision_name(self.base_revision, step), step))
+
+    def _publish(self, folder: Path, revision: str, step: int) -> None:
+        for attempt in range(1, self.retries + 1):
+            try:
+                self.client.publish(folder, revision, f"Add {revision} checkpoint (step {step})")
+                self.published.append(revision)
+                logger.info("Published %s as revision %s", folder, revision)
+                return
+            except Exception as e:  # noqa: BLE001 - an upload failure must never stop training
+                logger.warning("Publishing %s failed (attempt %d/%d): %s", revision, attempt, self.retries, e)
+                time.sleep(min(2**attempt, 30))
+        logger.error("Giving up publishing %s; the checkpoint stays in %s", revision, folder)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        for future in self.futures:
+            future.result()
+        self.executor.shutdown(wait=True)
+
+
+def _push_to_hub_revision(script_args, training_args, dataset, tokenizer, is_main_process) -> TrainerCallback:
+    from r1kit.configs import ConfigError
+
+    if not training_args.hub_model_id:
+        raise ConfigError("callback push_to_hub_revision needs hub_model_id (a Hub repo id or file:///some/dir)")
+    return PushToHubRevisionCallback(
+        training_args.hub_model_id, training_args.hub_model_revision or "main", training_args.output_dir,
+        is_main_process=is_main_process,
+    )
+
+
+def check_hub_revision(training_args, client=None) -> None:
+    """Before training: refuse to overwrite published revisions unless `overwrite_hub_revision` (Open-R1 defines
+    this check but never calls it)."""
+    from r1kit.configs import ConfigError
+    from r1kit.hub import get_hub_client
+
+    if not training_args.push_to_hub_revision or training_args.overwrite_hub_revision:
+        return
+    if not training_args.hub_model_id:
+        raise ConfigError("push_to_hub_revision needs hub_model_id (a Hub repo id or file:///some/dir)")
+    client = client or get_hub_client(training_args.hub_model_id)
+    prefix = f"{training_args.hub_model_revision or 'main'}-step-"
+    existing = client.revisions_with_content(prefix)
+    if existing:
+        raise ConfigError(
+            f"revision(s) {existing[:3]}{'...' if len(existing) > 3 else ''} of {training_args.hub_model_id} already "
+            "exist with content; set overwrite_hub_revision: true to overwrite them, or pick another hub_model_revision"
+        )
+
+
+CALLBACKS: dict[str, Callable[..., TrainerCallback]] = {
+    "heldout_accuracy": _heldout_accuracy,
+    "push_to_hub_revision": _push_to_hub_revision,
+}
+
+
+def get_callbacks(script_args, training_args, dataset, tokenizer, is_main_process: bool = True) -> list[TrainerCallback]:
+    """The callbacks a recipe names, built."""
+    return [CALLBACKS[name](script_args, training_args, dataset, tokenizer, is_main_process) for name in training_args.callbacks]
+
+
+class CompletionsRecorder:
+    """Wraps the reward functions so that every scored completion lands in `OUTPUT_DIR/completions.jsonl` with its
+    step, prompt and each reward: what the model wrote, without wandb. Only the main process writes (its own
+    share of the batch)."""
+
+    def __init__(self, output_dir: str, enabled: bool = True):
+        self.path = Path(output_dir) / "completions.jsonl"
+        self.enabled = enabled
+        self._pending: dict[str, list] = {}
+
+    def wrap(self, reward_funcs: list[Callable]) -> list[Callable]:
+        if not self.enabled:
+            return reward_funcs
+        last = len(reward_funcs) - 1
+        return [self._wrap(func, i == last) for i, func in enumerate(reward_funcs)]
+
+    def _wrap(self, func: Callable, flush: bool) -> Callable:
+        import functools
+        import inspect
+
+        name = getattr(func, "__name__", type(func).__name__)
+        recorder = self
+
+        if inspect.iscoroutinefunction(func) or not callable(func) or hasattr(func, "forward"):
+            return func  # async rewards and reward models are left as they are
+
+        @functools.wraps(func)
+        def recorded(*args, **kwargs):
+            rewards = func(*args, **kwargs)
+            recorder._pending[name] = list(rewards)
+            if flush:
+                recorder._write(kwargs)
+            return rewards
+
+        recorded.__name__ = name
+        return recorded
+
+    def _write(self, kwargs: dict) -> None:
+        from r1kit.rewards._text import completion_text
+
+        state = kwargs.get("trainer_state")
+        step = state.global_step + 1 if state is not None else None
+        prompts, completions = kwargs.get("prompts") or [], kwargs.get("completions") or []
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.path.open("a") as f:
+            for i, completion in enumerate(completions):
+                prompt = prompts[i] if i < len(prompts) else None
+                row = {
+                    "step": step,
+                    "prompt": completion_text(prompt[-1:]) if isinstance(prompt, list) else prompt,
+                    "completion": completion_text(completion),
+                    "rewards": {name: values[i] for name, values in self._pending.items()},
+                }
+                f.write(json.dumps(row) + "\n")
+        self._pending.clear()

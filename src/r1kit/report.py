@@ -1,0 +1,135 @@
+"""`r1kit report OUTPUT_DIR`: the curves of a run, drawn to a PNG, and a compact table on the terminal.
+
+Reads `trainer_state.json` (TRL's logged metrics), `heldout_accuracy.jsonl` (the `heldout_accuracy` callback) and
+`eval/checkpoint-*/<benchmark>.json` (the `evaluate_benchmarks` callback), so it works on a finished run or on one in
+progress (it then reads the newest checkpoint's state).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+
+def load_history(output_dir: Path) -> list[dict]:
+    """TRL's per-step log entries, from the run's trainer_state.json or its newest checkpoint's."""
+    candidates = [output_dir / "trainer_state.json"] + sorted(
+        output_dir.glob("checkpoint-*/trainer_state.json"), key=lambda p: int(p.parent.name.split("-")[-1]), reverse=True
+    )
+    for path in candidates:
+        if path.is_file():
+            return [e for e in json.loads(path.read_text())["log_history"] if "step" in e and "train_runtime" not in e]
+    return []
+
+
+def load_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
+
+
+def load_benchmarks(output_dir: Path) -> dict[str, list[tuple[int, float]]]:
+    """{benchmark: [(step, pass@1), ...]} from eval/checkpoint-N/<benchmark>.json."""
+    curves: dict[str, list[tuple[int, float]]] = {}
+    for path in sorted(output_dir.glob("eval/*/*.json")):
+        data = json.loads(path.read_text())
+        step = data.get("step")
+        if step is None:
+            continue
+        curves.setdefault(path.stem, []).append((int(step), float(data["metrics"]["pass@1"])))
+    return {k: sorted(v) for k, v in curves.items()}
+
+
+def series(history: list[dict], key: str) -> tuple[list[int], list[float]]:
+    points = [(e["step"], e[key]) for e in history if isinstance(e.get(key), (int, float)) and math.isfinite(e[key])]
+    return [p[0] for p in points], [p[1] for p in points]
+
+
+def reward_keys(history: list[dict]) -> list[str]:
+    return sorted({k for e in history for k in e if k.startswith("rewards/") and k.endswith("/mean")})
+
+
+def draw(output_dir: Path, history: list[dict], heldout: list[dict], benchmarks: dict) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, 2, figsize=(11, 7.5))
+    ax = axes[0][0]
+    ax.plot(*series(history, "reward"), color="black", linewidth=2, label="total reward")
+    for key in reward_keys(history):
+        ax.plot(*series(history, key), linewidth=1, alpha=0.8, label=key.split("/")[1])
+    ax.set_title("Reward (training batches)")
+    ax.legend(fontsize=8)
+    ax = axes[0][1]
+    if heldout:
+        ax.plot([r["step"] for r in heldout], [r["accuracy"] for r in heldout], marker="o", color="tab:green", label="held-out accuracy")
+    for name, points in benchmarks.items():
+        ax.plot([p[0] for p in points], [p[1] for p in points], marker="s", label=f"{name} pass@1")
+    ax.set_ylim(0, 1)
+    ax.set_title("Accuracy (greedy, held-out)" if heldout else "Evaluation")
+    if heldout or benchmarks:
+        ax.legend(fontsize=8)
+    else:
+        ax.text(0.5, 0.5, "no evaluation logged", ha="center", va="center", transform=ax.transAxes)
+    ax = axes[1][0]
+    ax.plot(*series(history, "completions/mean_length"), color="tab:purple")
+    ax.set_title("Completion length (tokens, mean)")
+    ax = axes[1][1]
+    key = "kl" if series(history, "kl")[0] else "loss"
+    ax.plot(*series(history, key), color="tab:red")
+    ax.set_title("KL to the reference" if key == "kl" else "Loss (no KL logged: beta = 0)")
+    for ax in axes.flat:
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+    fig.suptitle(f"r1kit run: {output_dir}", fontsize=10)
+    fig.tight_layout()
+    path = output_dir / "report.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def table(history: list[dict], heldout: list[dict], rows: int = 10) -> str:
+    keys = ["reward", *reward_keys(history), "completions/mean_length", "kl"]
+    keys = [k for k in keys if series(history, k)[0]]
+    accuracy = {r["step"]: r["accuracy"] for r in heldout}
+    picked = history[:: max(1, math.ceil(len(history) / rows))]
+    if history and picked[-1] is not history[-1]:
+        picked.append(history[-1])
+    names = ["step", *[k.split("/")[1] if k.startswith("rewards/") else k.split("/")[-1] for k in keys]]
+    if accuracy:
+        names.append("held-out acc")
+    lines = ["  ".join(f"{n:>12}" for n in names)]
+    for entry in picked:
+        cells = [f"{entry['step']:>12}"] + [f"{entry[k]:>12.3f}" if isinstance(entry.get(k), (int, float)) else f"{'-':>12}" for k in keys]
+        if accuracy:
+            nearest = max((s for s in accuracy if s <= entry["step"]), default=None)
+            cells.append(f"{accuracy[nearest]:>12.3f}" if nearest is not None else f"{'-':>12}")
+        lines.append("  ".join(cells))
+    return "\n".join(lines)
+
+
+def report(output_dir: str | Path) -> tuple[Path, str]:
+    """Draws `OUTPUT_DIR/report.png`; returns its path and the table."""
+    output_dir = Path(output_dir)
+    history = load_history(output_dir)
+    if not history:
+        raise FileNotFoundError(f"no trainer_state.json with logged steps in {output_dir} (or its checkpoints)")
+    heldout = sorted(load_jsonl(output_dir / "heldout_accuracy.jsonl"), key=lambda r: r["step"])
+    return draw(output_dir, history, heldout, load_benchmarks(output_dir)), table(history, heldout)
+
+
+def cli(argv: list[str]) -> int:
+    if not argv or argv[0] in ("-h", "--help"):
+        print("usage: r1kit report OUTPUT_DIR\n\n" + __doc__.strip())
+        return 0 if argv else 2
+    try:
+        path, text = report(argv[0])
+    except FileNotFoundError as e:
+        print(f"r1kit: error: {e}", file=sys.stderr)
+        return 2
+    print(text)
+    print(f"\nCurves drawn to {path}")
+    return 0
