@@ -301,3 +301,9 @@ def test_program_sees_a_clean_environment_and_no_trainer_files():
     (result,), _ = run_one(code)
     assert result.stdout.splitlines()[0] == "[]"
     assert sys.platform != "linux" or result.stdout.splitlines()[1] == "False" or not ISOLATED
+
+
+def test_standard_library_imports_work_for_the_unprivileged_test_uid():
+    code = "import typing, heapq, fractions, textwrap, decimal, collections, json, re, string\nprint(textwrap.shorten('a b c', 5))"
+    (result,), _ = run_one(code)
+    assert result.stdout.strip() == "a b c", result.stderr

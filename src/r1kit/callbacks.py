@@ -4,6 +4,7 @@
   and at the end, written to `OUTPUT_DIR/heldout_accuracy.jsonl` (what the demo reports and `r1kit report` draws).
 - `push_to_hub_revision`: each checkpoint published as revision `{hub_model_revision}-step-{N:09d}` of `hub_model_id`
   (the Hub, or `file:///dir`), in the background.
+- `evaluate_benchmarks`: each checkpoint and the final model scored on `benchmarks` in a separate process.
 """
 
 from __future__ import annotations
@@ -150,6 +151,104 @@ def _push_to_hub_revision(script_args, training_args, dataset, tokenizer, is_mai
     )
 
 
+class EvaluateBenchmarksCallback(TrainerCallback):
+    """Evaluates each saved checkpoint, and the final model, on `benchmarks`, in a separate process (so a failing
+    evaluation cannot take down training; `launcher: slurm` submits it with sbatch instead). Results land in
+    `OUTPUT_DIR/eval/checkpoint-N/<benchmark>.json` (and `eval/final/`), and their metrics are logged as
+    `eval/<benchmark>/<metric>` to the trainer's loggers."""
+
+    def __init__(self, benchmarks: list[str], output_dir: str, num_samples: int = 1, max_new_tokens: int = 512,
+                 system_prompt: str | None = None, launcher: str = "local", is_main_process: bool = True):
+        self.benchmarks = benchmarks
+        self.output_dir = Path(output_dir)
+        self.num_samples = num_samples
+        self.max_new_tokens = max_new_tokens
+        self.system_prompt = system_prompt
+        self.launcher = launcher
+        self.is_main_process = is_main_process
+        self.running: list[tuple[int, Any, Path]] = []
+        self.finished: dict[str, dict] = {}  # label -> {benchmark: metrics}
+        self.failed: list[str] = []
+        self.trainer = None  # set by the pipeline, to log through the trainer's loggers
+
+    def command(self, model_dir: Path, out: Path, step: int) -> list[str]:
+        import sys
+
+        cmd = [sys.executable, "-m", "r1kit.evaluation", "--model", str(model_dir), "--benchmarks", ",".join(self.benchmarks),
+               "--output-dir", str(out), "--step", str(step), "--num-samples", str(self.num_samples),
+               "--max-new-tokens", str(self.max_new_tokens)]
+        if self.system_prompt:
+            cmd += ["--system-prompt", self.system_prompt]
+        if self.launcher == "slurm":
+            script = Path(__file__).resolve().parents[2] / "slurm" / "evaluate.slurm"
+            return ["sbatch", "--wait", f"--output={out}.slurm.log", str(script), *cmd[3:]]
+        return cmd
+
+    def launch(self, model_dir: Path, label: str, step: int):
+        import subprocess
+
+        out = self.output_dir / "eval" / label
+        out.mkdir(parents=True, exist_ok=True)
+        log = (out / "evaluate.log").open("w")
+        try:
+            process = subprocess.Popen(self.command(model_dir, out, step), stdout=log, stderr=subprocess.STDOUT)
+        except OSError as e:  # e.g. sbatch missing: the run goes on
+            logger.warning("Could not start the evaluation of %s: %s", label, e)
+            self.failed.append(label)
+            return None
+        finally:
+            log.close()
+        self.running.append((step, process, out))
+        return process
+
+    def collect(self, wait: bool = False) -> None:
+        still = []
+        for step, process, out in self.running:
+            if process.poll() is None and not wait:
+                still.append((step, process, out))
+                continue
+            code = process.wait()
+            if code != 0:
+                logger.warning("Evaluation of %s failed (exit %s); training is unaffected. Log: %s", out.name, code, out / "evaluate.log")
+                self.failed.append(out.name)
+                continue
+            metrics = {p.stem: json.loads(p.read_text())["metrics"] for p in out.glob("*.json")}
+            self.finished[out.name] = metrics
+            if self.trainer is not None:
+                flat = {f"eval/{b}/{k}": v for b, m in metrics.items() for k, v in m.items() if isinstance(v, (int, float))}
+                self.trainer.log(flat)
+        self.running = still
+
+    def on_save(self, args, state, control, **kwargs):
+        if self.is_main_process:
+            self.launch(self.output_dir / f"checkpoint-{state.global_step}", f"checkpoint-{state.global_step}", state.global_step)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.running:
+            self.collect()
+
+    def finish(self, model_dir: str | Path, step: int) -> None:
+        """After the final save: evaluates the final model and waits for every evaluation."""
+        if not self.is_main_process:
+            return
+        self.launch(Path(model_dir), "final", step)
+        self.collect(wait=True)
+
+
+def _evaluate_benchmarks(script_args, training_args, dataset, tokenizer, is_main_process) -> TrainerCallback:
+    from r1kit.configs import ConfigError
+
+    if not training_args.benchmarks:
+        raise ConfigError("callback evaluate_benchmarks needs `benchmarks` (e.g. [addition, humaneval, math_500])")
+    if training_args.benchmark_launcher not in ("local", "slurm"):
+        raise ConfigError(f"benchmark_launcher must be local or slurm, got {training_args.benchmark_launcher!r}")
+    return EvaluateBenchmarksCallback(
+        training_args.benchmarks, training_args.output_dir, training_args.benchmark_num_samples,
+        training_args.benchmark_max_new_tokens or training_args.max_completion_length, training_args.system_prompt,
+        training_args.benchmark_launcher, is_main_process,
+    )
+
+
 def check_hub_revision(training_args, client=None) -> None:
     """Before training: refuse to overwrite published revisions unless `overwrite_hub_revision` (Open-R1 defines
     this check but never calls it)."""
@@ -173,6 +272,7 @@ def check_hub_revision(training_args, client=None) -> None:
 CALLBACKS: dict[str, Callable[..., TrainerCallback]] = {
     "heldout_accuracy": _heldout_accuracy,
     "push_to_hub_revision": _push_to_hub_revision,
+    "evaluate_benchmarks": _evaluate_benchmarks,
 }
 
 

@@ -10,6 +10,7 @@ commands:
   grpo      train with GRPO from a recipe: r1kit grpo [--config recipe.yaml] [--dry-run] [--key value ...]
             (no --config: the embedded demo recipe)
   sft       supervised cold start: r1kit sft --config recipes/demo/sft.yaml
+  evaluate  score a model on benchmarks: r1kit evaluate --model PATH --benchmarks humaneval,addition
   rewards   list the registered reward functions and the dataset columns each needs
   report    draw a run's curves: r1kit report OUTPUT_DIR (writes OUTPUT_DIR/report.png)
 
@@ -99,7 +100,48 @@ def sft_command(argv: list[str]) -> int:
     """`r1kit sft --config recipe.yaml`: the cold-start SFT stage."""
     from r1kit.sft import cli
 
-    return cli(argv)
+    summary = cli(argv)
+    if summary is None:
+        from r1kit.sft import __doc__ as doc
+
+        print(doc.strip())
+        return 0
+    print(f"SFT done: {summary['steps']} steps, {summary['train_seconds']} s, held-out accuracy {summary['heldout_accuracy']}")
+    return 0
+
+
+def evaluate_command(argv: list[str]) -> int:
+    """`r1kit evaluate --model PATH --benchmarks a,b [--num-samples K] [--output-dir DIR]`."""
+    import argparse
+    import json
+    import logging
+
+    from r1kit.evaluation import BUILTIN_BENCHMARKS, evaluate_to_files
+
+    parser = argparse.ArgumentParser(prog="r1kit evaluate", description="Evaluate a model on benchmarks.")
+    parser.add_argument("--model", required=True, help="model folder (or a checkpoint)")
+    parser.add_argument("--benchmarks", required=True, help=f"comma-separated: {', '.join(BUILTIN_BENCHMARKS)} or .jsonl files")
+    parser.add_argument("--num-samples", type=int, default=1, help="samples per problem (pass@1 is averaged over them)")
+    parser.add_argument("--output-dir", default=None, help="where <benchmark>.json go (default: MODEL/eval)")
+    parser.add_argument("--max-new-tokens", type=int, default=512)
+    parser.add_argument("--temperature", type=float, default=None, help="default 0.6 (greedy for addition)")
+    parser.add_argument("--top-p", type=float, default=0.95)
+    parser.add_argument("--system-prompt", default=None)
+    parser.add_argument("--limit", type=int, default=None, help="evaluate the first N problems only")
+    parser.add_argument("--step", type=int, default=None, help="training step of the checkpoint (for the report)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s - %(levelname)s - %(name)s - %(message)s")
+    try:
+        results = evaluate_to_files(
+            args.model, [b for b in args.benchmarks.split(",") if b], args.output_dir or f"{args.model}/eval",
+            num_samples=args.num_samples, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+            top_p=args.top_p, system_prompt=args.system_prompt, limit=args.limit, step=args.step,
+        )
+    except (ValueError, ImportError, RuntimeError, OSError) as e:
+        print(f"r1kit evaluate: error: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps(results, indent=2))
+    return 0
 
 
 def report_command(argv: list[str]) -> int:
@@ -109,7 +151,13 @@ def report_command(argv: list[str]) -> int:
     return cli(argv)
 
 
-COMMANDS = {"grpo": grpo_command, "sft": sft_command, "rewards": rewards_command, "report": report_command}
+COMMANDS = {
+    "grpo": grpo_command,
+    "sft": sft_command,
+    "evaluate": evaluate_command,
+    "rewards": rewards_command,
+    "report": report_command,
+}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -17,8 +17,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 import trl
+import trl.trainer.model_config
 import yaml
-from trl import ModelConfig, ScriptArguments, TrlParser
+from trl import ScriptArguments, TrlParser
 
 logger = logging.getLogger(__name__)
 
@@ -275,6 +276,11 @@ class GRPOConfig(trl.GRPOConfig):
         heldout_eval_steps (`int`, defaults to `0`): with the `heldout_accuracy` callback, evaluate every N steps
             (0: only before and after training).
         heldout_size (`int`, defaults to `200`): test problems the `heldout_accuracy` callback evaluates.
+        benchmark_num_samples (`int`, defaults to `1`): `evaluate_benchmarks` samples per problem (pass@1 averages).
+        benchmark_max_new_tokens (`int` or `None`): `evaluate_benchmarks` generation length (default:
+            `max_completion_length`).
+        benchmark_launcher (`str`, defaults to `"local"`): `local` runs evaluations as subprocesses, `slurm` submits
+            `slurm/evaluate.slurm` with sbatch.
         log_completions_file (`bool`, defaults to `True`): write every scored completion with its rewards to
             `OUTPUT_DIR/completions.jsonl`.
         bf16 (`bool` or `None`, defaults to `None`): `None` means bf16 where a GPU supports it, fp32 otherwise;
@@ -296,6 +302,11 @@ class GRPOConfig(trl.GRPOConfig):
     heldout_eval_steps: int = field(default=0, metadata={"help": "heldout_accuracy: evaluate every N steps (0: start/end)."})
     heldout_size: int = field(default=200, metadata={"help": "heldout_accuracy: test problems evaluated."})
     log_completions_file: bool = field(default=True, metadata={"help": "Write OUTPUT_DIR/completions.jsonl."})
+    benchmark_num_samples: int = field(default=1, metadata={"help": "evaluate_benchmarks: samples per problem."})
+    benchmark_max_new_tokens: int | None = field(
+        default=None, metadata={"help": "evaluate_benchmarks: new tokens (default: max_completion_length)."}
+    )
+    benchmark_launcher: str = field(default="local", metadata={"help": "evaluate_benchmarks: local or slurm."})
 
     def __post_init__(self):
         has_gpu = _cuda_available()
@@ -327,6 +338,18 @@ class GRPOConfig(trl.GRPOConfig):
             self.steps_per_generation = steps or self.gradient_accumulation_steps
             return
         super().__post_init__()
+
+
+@dataclass
+class ModelConfig(trl.trainer.model_config.ModelConfig):
+    """TRL's `ModelConfig` plus a GGUF source.
+
+    Args:
+        gguf_file (`str` or `None`, defaults to `None`): a GGUF file inside the `model_name_or_path` folder; the
+            model is turned into a trainable float32 copy (cached). A `model_name_or_path` ending in `.gguf` works too.
+    """
+
+    gguf_file: str | None = field(default=None, metadata={"help": "GGUF file in the model_name_or_path folder."})
 
 
 # --------------------------------------------------------------------------------------------------------------------

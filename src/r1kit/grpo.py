@@ -278,7 +278,9 @@ def main(script_args: GRPOScriptArguments, training_args: GRPOConfig, model_args
 
     validate_args(script_args, training_args, model_args)
     from r1kit.callbacks import check_hub_revision
+    from r1kit.preflight import preflight
 
+    preflight(training_args, model_args)
     check_hub_revision(training_args)
     checkpoint = find_resume_checkpoint(training_args.output_dir, training_args.resume)
     export_wandb_env(training_args)
@@ -287,6 +289,11 @@ def main(script_args: GRPOScriptArguments, training_args: GRPOConfig, model_args
     if trainer.accelerator.is_main_process:
         write_run_metadata(training_args, checkpoint, world_size)
 
+    from r1kit.callbacks import EvaluateBenchmarksCallback
+
+    evaluators = [c for c in trainer.callback_handler.callbacks if isinstance(c, EvaluateBenchmarksCallback)]
+    for evaluator in evaluators:
+        evaluator.trainer = trainer
     logger.info("*** Train ***")
     train_result = trainer.train(resume_from_checkpoint=checkpoint)
     metrics = train_result.metrics
@@ -306,6 +313,9 @@ def main(script_args: GRPOScriptArguments, training_args: GRPOConfig, model_args
             logger.warning("Could not write the model card: %s", e)
         trainer.model.config.use_cache = True
         trainer.model.config.save_pretrained(training_args.output_dir)
+
+    for evaluator in evaluators:
+        evaluator.finish(training_args.output_dir, trainer.state.global_step)
 
     if training_args.do_eval:
         if trainer.eval_dataset is None:

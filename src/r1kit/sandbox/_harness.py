@@ -30,24 +30,61 @@ NAMESPACED = os.environ.pop("R1KIT_SANDBOX_NAMESPACED", "") == "1"
 IS_ROOT = os.geteuid() == 0
 
 
+MS_RDONLY, MS_REMOUNT, MS_BIND, MS_REC = 1, 32, 4096, 16384
+STDLIB_VIEW = "/tmp/.r1kit-stdlib"  # where the standard library is visible to the unprivileged test uid
+PATH_MAP = []  # (original prefix, visible prefix) pairs applied to sys.path in test children
+
+
 def private_mounts(hide):
     """In our own mount namespace: a /proc that shows only this namespace's processes, fresh tmpfs over the
     world-writable folders (so writes vanish with the sandbox) and over the trainer's folders (so they cannot be
-    read)."""
+    read), and a read-only view of the standard library where the test uid can reach it (Python often lives under
+    a home folder that other users cannot enter)."""
+    import sysconfig
+
     mount("proc", "/proc", "proc", "")
     for path in ["/tmp", "/var/tmp", "/dev/shm", "/run/lock", "/var/lock", *hide]:
         if os.path.isdir(path) and not os.path.islink(path):
             mount("tmpfs", path, "tmpfs", "size=256m,mode=1777")
+    stdlib = os.path.realpath(sysconfig.get_paths()["stdlib"])
+    os.makedirs(STDLIB_VIEW, mode=0o755)
+    mount(stdlib, STDLIB_VIEW, "", "", MS_BIND | MS_REC)
+    mount(stdlib, STDLIB_VIEW, "", "", MS_BIND | MS_REMOUNT | MS_RDONLY)
+    PATH_MAP.append((stdlib, STDLIB_VIEW))
 
 
-def mount(source, target, fstype, options):
+def mount(source, target, fstype, options, flags=0):
     """mount(2) through libc: a `mount` process per call would cost more than the tests."""
     import ctypes
 
     libc = ctypes.CDLL(None, use_errno=True)
-    if libc.mount(source.encode(), target.encode(), fstype.encode(), 0, options.encode() or None) != 0:
+    if libc.mount(source.encode(), target.encode(), fstype.encode() or None, flags, options.encode() or None) != 0:
         errno = ctypes.get_errno()
-        raise OSError(errno, f"mount {fstype} on {target}: {os.strerror(errno)}")
+        raise OSError(errno, f"mount {fstype or source} on {target}: {os.strerror(errno)}")
+
+
+# Imported before tests start when the standard library could not be re-mounted for the test uid (no namespace):
+# what solutions commonly import stays usable even where the interpreter's folder is unreadable to that uid.
+COMMON_MODULES = (
+    "typing", "collections", "heapq", "bisect", "functools", "itertools", "re", "string", "fractions", "decimal",
+    "random", "statistics", "datetime", "copy", "array", "dataclasses", "operator", "math", "cmath", "json", "queue",
+)
+
+
+def preimport_common_modules():
+    import importlib
+
+    for name in COMMON_MODULES:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass
+
+
+def remap_sys_path():
+    """In a test child: find the standard library through its visible view."""
+    for original, visible in PATH_MAP:
+        sys.path[:] = [visible + p[len(original):] if p.startswith(original) else p for p in sys.path]
 
 
 def limit(memory_mb, cpu_seconds, max_output, nproc):
@@ -75,6 +112,7 @@ def run_python_in_child(code, argv):
     sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), write_through=False)
     sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), write_through=True)
     sys.argv = ["solution.py", *argv]
+    remap_sys_path()
     status = 0
     try:
         exec(compile(code, "solution.py", "exec"), {"__name__": "__main__", "__builtins__": builtins})
@@ -220,6 +258,8 @@ def serve(request):
     """Runs one program's tests; returns the reply."""
     if NAMESPACED and IS_ROOT:
         private_mounts(request.get("hide", []))
+    elif IS_ROOT and request["uid"]:
+        preimport_common_modules()
     workdir = os.path.join("/tmp", f"r1kit-run-{os.getpid()}-{time.monotonic_ns()}")
     os.makedirs(workdir, mode=0o755, exist_ok=True)
     if IS_ROOT and request["uid"]:

