@@ -316,6 +316,8 @@ def main(script_args: GRPOScriptArguments, training_args: GRPOConfig, model_args
 
     for evaluator in evaluators:
         evaluator.finish(training_args.output_dir, trainer.state.global_step)
+    if evaluators:
+        trainer.save_state()  # with the evaluation metrics logged since
 
     if training_args.do_eval:
         if trainer.eval_dataset is None:
