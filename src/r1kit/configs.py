@@ -276,6 +276,8 @@ class GRPOConfig(trl.GRPOConfig):
         heldout_eval_steps (`int`, defaults to `0`): with the `heldout_accuracy` callback, evaluate every N steps
             (0: only before and after training).
         heldout_size (`int`, defaults to `200`): test problems the `heldout_accuracy` callback evaluates.
+        torch_num_threads (`int` or `None`, defaults to `None`): CPU threads for torch; tiny models run fastest and
+            steadiest on 1 (on small VMs, 2 threads can stall).
         benchmark_num_samples (`int`, defaults to `1`): `evaluate_benchmarks` samples per problem (pass@1 averages).
         benchmark_max_new_tokens (`int` or `None`): `evaluate_benchmarks` generation length (default:
             `max_completion_length`).
@@ -302,6 +304,9 @@ class GRPOConfig(trl.GRPOConfig):
     heldout_eval_steps: int = field(default=0, metadata={"help": "heldout_accuracy: evaluate every N steps (0: start/end)."})
     heldout_size: int = field(default=200, metadata={"help": "heldout_accuracy: test problems evaluated."})
     log_completions_file: bool = field(default=True, metadata={"help": "Write OUTPUT_DIR/completions.jsonl."})
+    torch_num_threads: int | None = field(
+        default=None, metadata={"help": "CPU threads torch uses (default: torch's choice); 1 suits tiny models."}
+    )
     benchmark_num_samples: int = field(default=1, metadata={"help": "evaluate_benchmarks: samples per problem."})
     benchmark_max_new_tokens: int | None = field(
         default=None, metadata={"help": "evaluate_benchmarks: new tokens (default: max_completion_length)."}

@@ -262,6 +262,10 @@ def main(script_args: GRPOScriptArguments, training_args: GRPOConfig, model_args
     from transformers import set_seed
 
     set_seed(training_args.seed)
+    if training_args.torch_num_threads:
+        import torch
+
+        torch.set_num_threads(training_args.torch_num_threads)
     setup_logging(training_args)
     world_size = training_args.world_size
     logger.warning(

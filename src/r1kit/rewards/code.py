@@ -183,6 +183,13 @@ def _apply_checker(provider, checker: str, cases, results: list[TestResult]) -> 
     return results
 
 
+def _rows(columns: dict, n: int) -> list[dict]:
+    """Per-sample dicts of the dataset columns TRL passed as lists (trainer helpers left out)."""
+    skip = {"prompts", "completion_ids", "trainer_state", "log_extra", "environments"}
+    lists = {k: per_sample(v, n) for k, v in columns.items() if k not in skip}
+    return [{k: v[i] for k, v in lists.items()} for i in range(n)]
+
+
 # --------------------------------------------------------------------------------------------------------------------
 # ioi_code
 # --------------------------------------------------------------------------------------------------------------------
@@ -210,8 +217,7 @@ def make_ioi_code_reward(script_args: Any, training_args: Any = None) -> Callabl
         provider = get_provider(script_args.ioi_provider)
 
     def ioi_code_reward(completions, log_metric=None, **columns) -> list[float | None]:
-        n = len(completions)
-        rows = [{k: per_sample(v, n)[i] for k, v in columns.items()} for i in range(n)]
+        rows = _rows(columns, len(completions))
         rewards: list[float | None] = []
         errors = 0
         for text, row in zip(texts(completions), rows):
@@ -266,8 +272,7 @@ def make_cf_code_reward(script_args: Any, training_args: Any = None) -> Callable
     cf_score(1, 1, mode)  # fail at start-up on a bad mode
 
     def cf_code_reward(completions, log_metric=None, **columns) -> list[float | None]:
-        n = len(completions)
-        rows = [{k: per_sample(v, n)[i] for k, v in columns.items()} for i in range(n)]
+        rows = _rows(columns, len(completions))
         rewards: list[float | None] = []
         errors = 0
         for text, row in zip(texts(completions), rows):
