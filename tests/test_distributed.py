@@ -40,3 +40,6 @@ def test_two_ranks_train_together_and_write_one_checkpoint(tmp_path, tiny_model_
     # Two ranks x 4 completions per step = 8 completions = 2 prompts per step, aggregated across ranks.
     first = next(e for e in state["log_history"] if e.get("step") == 1 and "num_tokens" in e)
     assert first["num_tokens"] > 0
+    # Each rank scores its own completions; only the main process writes them down (its 4 per step).
+    rows = (out / "completions.jsonl").read_text().splitlines()
+    assert len(rows) == 2 * 4
