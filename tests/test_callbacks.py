@@ -46,6 +46,12 @@ def test_training_with_both_callbacks_publishes_revisions_and_evaluates_every_ch
     logged = [e for e in json.loads((out / "trainer_state.json").read_text())["log_history"] if "eval/mini_bench/pass@1" in e]
     assert logged, "evaluation metrics reach the trainer's loggers"
 
+    from r1kit.report import load_benchmarks, report
+
+    assert [step for step, _ in load_benchmarks(out)["mini_bench"]] == [2, 4, 4]  # checkpoints 2 and 4, and final
+    png, _ = report(out)
+    assert png.is_file()
+
 
 def test_an_existing_revision_stops_the_run_unless_overwrite(tmp_path, tiny_model_dir, math_jsonl):
     hub = tmp_path / "hub"
