@@ -180,3 +180,16 @@ def test_missing_recipe_file_is_a_clear_error(tmp_path):
 def test_resume_path_must_exist(tmp_path):
     with pytest.raises(ConfigError, match="resume: /nonexistent"):
         check(tmp_path, resume="/nonexistent")
+
+
+def test_wandb_settings_are_exported_only_when_reporting_to_wandb(tmp_path, monkeypatch):
+    from r1kit.grpo import export_wandb_env
+
+    for name in ("WANDB_ENTITY", "WANDB_PROJECT", "WANDB_RUN_GROUP"):
+        monkeypatch.setenv(name, "")  # restored (removed) after the test
+    _, training, _ = parse(tmp_path, report_to="none", wandb_project="p")
+    export_wandb_env(training)
+    assert os.environ["WANDB_PROJECT"] == ""
+    _, training, _ = parse(tmp_path, report_to=["wandb"], wandb_entity="team", wandb_project="p", wandb_run_group="g")
+    export_wandb_env(training)
+    assert (os.environ["WANDB_ENTITY"], os.environ["WANDB_PROJECT"], os.environ["WANDB_RUN_GROUP"]) == ("team", "p", "g")
