@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from transformers import TrainerCallback
+from transformers.trainer_callback import ProgressCallback
 
 logger = logging.getLogger(__name__)
 
@@ -70,6 +71,19 @@ class HeldOutAccuracyCallback(TrainerCallback):
     def on_train_end(self, args, state, control, model=None, **kwargs):
         if self._due(state.global_step):
             self.evaluate(model, state.global_step)
+
+
+class CompactProgressCallback(ProgressCallback):
+    """The progress bar with the latest reward in its postfix, instead of a printed dict per logging step
+    (`compact_progress: true`; the metrics still reach trainer_state.json and `report_to`)."""
+
+    KEYS = {"reward": "reward", "rewards/accuracy_reward/mean": "accuracy", "completions/mean_length": "length"}
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if state.is_world_process_zero and self.training_bar is not None and logs:
+            shown = {name: f"{logs[key]:.3f}" for key, name in self.KEYS.items() if isinstance(logs.get(key), float)}
+            if shown:
+                self.training_bar.set_postfix(shown, refresh=False)
 
 
 def _heldout_accuracy(script_args, training_args, dataset, tokenizer, is_main_process) -> TrainerCallback:

@@ -276,6 +276,8 @@ class GRPOConfig(trl.GRPOConfig):
         heldout_eval_steps (`int`, defaults to `0`): with the `heldout_accuracy` callback, evaluate every N steps
             (0: only before and after training).
         heldout_size (`int`, defaults to `200`): test problems the `heldout_accuracy` callback evaluates.
+        compact_progress (`bool`, defaults to `False`): the progress bar shows the latest reward, accuracy and length
+            instead of a printed dict per logging step (metrics still reach trainer_state.json and `report_to`).
         torch_num_threads (`int` or `None`, defaults to `None`): CPU threads for torch; tiny models run fastest and
             steadiest on 1 (on small VMs, 2 threads can stall).
         benchmark_num_samples (`int`, defaults to `1`): `evaluate_benchmarks` samples per problem (pass@1 averages).
@@ -304,6 +306,9 @@ class GRPOConfig(trl.GRPOConfig):
     heldout_eval_steps: int = field(default=0, metadata={"help": "heldout_accuracy: evaluate every N steps (0: start/end)."})
     heldout_size: int = field(default=200, metadata={"help": "heldout_accuracy: test problems evaluated."})
     log_completions_file: bool = field(default=True, metadata={"help": "Write OUTPUT_DIR/completions.jsonl."})
+    compact_progress: bool = field(
+        default=False, metadata={"help": "Show the latest reward on the progress bar instead of printing every log."}
+    )
     torch_num_threads: int | None = field(
         default=None, metadata={"help": "CPU threads torch uses (default: torch's choice); 1 suits tiny models."}
     )

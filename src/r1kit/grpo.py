@@ -245,7 +245,7 @@ def build_trainer(script_args: GRPOScriptArguments, training_args: GRPOConfig, m
                 f"'{script_args.dataset_test_split}'; splits: {', '.join(dataset)}"
             )
         eval_dataset = dataset[script_args.dataset_test_split]
-    return GRPOTrainer(
+    trainer = GRPOTrainer(
         model=model,
         reward_funcs=reward_funcs,
         args=training_args,
@@ -255,6 +255,14 @@ def build_trainer(script_args: GRPOScriptArguments, training_args: GRPOConfig, m
         callbacks=callbacks,
         processing_class=tokenizer,
     )
+    if training_args.compact_progress:
+        from transformers.trainer_callback import ProgressCallback
+
+        from r1kit.callbacks import CompactProgressCallback
+
+        if trainer.pop_callback(ProgressCallback) is not None:  # absent when disable_tqdm
+            trainer.add_callback(CompactProgressCallback())
+    return trainer
 
 
 def main(script_args: GRPOScriptArguments, training_args: GRPOConfig, model_args: Any) -> dict:
