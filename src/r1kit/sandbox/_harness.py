@@ -43,13 +43,15 @@ def private_mounts(hide):
     import sysconfig
 
     mount("proc", "/proc", "proc", "")
+    stdlib = os.path.realpath(sysconfig.get_paths()["stdlib"])
+    stdlib_fd = os.open(stdlib, os.O_RDONLY | os.O_DIRECTORY)  # still reachable if a tmpfs below covers its path
     for path in ["/tmp", "/var/tmp", "/dev/shm", "/run/lock", "/var/lock", *hide]:
         if os.path.isdir(path) and not os.path.islink(path):
             mount("tmpfs", path, "tmpfs", "size=256m,mode=1777")
-    stdlib = os.path.realpath(sysconfig.get_paths()["stdlib"])
     os.makedirs(STDLIB_VIEW, mode=0o755)
-    mount(stdlib, STDLIB_VIEW, "", "", MS_BIND | MS_REC)
-    mount(stdlib, STDLIB_VIEW, "", "", MS_BIND | MS_REMOUNT | MS_RDONLY)
+    mount(f"/proc/self/fd/{stdlib_fd}", STDLIB_VIEW, "", "", MS_BIND | MS_REC)
+    mount("none", STDLIB_VIEW, "", "", MS_BIND | MS_REMOUNT | MS_RDONLY)
+    os.close(stdlib_fd)
     PATH_MAP.append((stdlib, STDLIB_VIEW))
 
 
