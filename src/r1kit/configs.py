@@ -9,7 +9,6 @@ Open-R1 recipes use but current TRL renamed or dropped are mapped (or ignored) w
 from __future__ import annotations
 
 import difflib
-import logging
 import os
 import warnings
 from dataclasses import dataclass, field
@@ -20,8 +19,6 @@ import trl
 import trl.trainer.model_config
 import yaml
 from trl import ScriptArguments, TrlParser
-
-logger = logging.getLogger(__name__)
 
 DEFAULT_RECIPE = Path(__file__).parent / "recipes" / "demo_grpo.yaml"
 

@@ -197,10 +197,11 @@ def model_init_kwargs(model_args: Any, training_args: Any) -> dict:
     import torch
     from trl import get_quantization_config
 
+    from r1kit.preflight import check_quantisation
+
+    check_quantisation(model_args)  # the pipeline checks earlier; direct callers get the same message
     has_gpu = torch.cuda.is_available()
     quantization_config = get_quantization_config(model_args)
-    if quantization_config is not None and not has_gpu:
-        raise ValueError("load_in_4bit / load_in_8bit need a CUDA GPU (bitsandbytes); remove them to train on CPU")
     kwargs = {
         "revision": model_args.model_revision,
         "trust_remote_code": getattr(training_args, "trust_remote_code", False),

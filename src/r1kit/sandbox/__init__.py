@@ -22,7 +22,6 @@ MEMORY_LIMIT = "memory_limit"
 COMPILE_ERROR = "compile_error"
 SANDBOX_ERROR = "sandbox_error"
 STATUSES = (PASSED, WRONG_ANSWER, RUNTIME_ERROR, TIME_LIMIT, MEMORY_LIMIT, COMPILE_ERROR, SANDBOX_ERROR)
-LANGUAGES = ("python", "cpp")
 
 
 @dataclass
