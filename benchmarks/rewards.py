@@ -102,7 +102,7 @@ def main() -> None:
 
     args = GRPOScriptArguments(dataset_name="x", reward_funcs=["accuracy"], reward_timeout=opts.timeout)
     (accuracy,) = get_reward_funcs(args)
-    get_pool(opts.timeout).map([("1", r"\boxed{1}")] * 8)  # workers started and warm, as after the first step
+    get_pool().map([("1", r"\boxed{1}")] * 8, timeout=opts.timeout)  # workers started and warm, as after the first step
 
     def r1kit_accuracy(completions, golds):
         return accuracy(completions, solution=golds)

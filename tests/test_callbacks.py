@@ -151,3 +151,23 @@ def test_unknown_callback_lists_valid_names(tmp_path, math_jsonl):
     recipe = tiny_recipe(tmp_path, math_jsonl, tmp_path / "out", callbacks=["push_to_hub"])
     with pytest.raises(ConfigError, match="unknown callback.*valid names: heldout_accuracy, push_to_hub_revision"):
         run(tmp_path, recipe)
+
+
+def test_heldout_accuracy_verifies_with_the_recipes_reward_timeout(tmp_path, tiny_model_dir, math_jsonl, monkeypatch):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    import r1kit.rewards.verify as verify
+    from r1kit.callbacks import get_callbacks
+    from r1kit.data import get_dataset
+
+    recipe = tiny_recipe(tiny_model_dir, math_jsonl, tmp_path / "out", callbacks=["heldout_accuracy"], heldout_size=4,
+                         reward_timeout=12.5)
+    script_args, training_args, _ = parse_args(["--config", str(write_recipe(tmp_path, **recipe))])
+    dataset = get_dataset(script_args)
+    dataset["test"] = dataset["train"]
+    (tracker,) = get_callbacks(script_args, training_args, dataset, AutoTokenizer.from_pretrained(tiny_model_dir))
+    limits = []
+    real = verify.judge_batch
+    monkeypatch.setattr(verify, "judge_batch", lambda *a, **kw: limits.append(a[2] if len(a) > 2 else kw["timeout"]) or real(*a, **kw))
+    tracker.evaluate(AutoModelForCausalLM.from_pretrained(tiny_model_dir), step=0)
+    assert limits == [12.5]

@@ -27,7 +27,7 @@ class HeldOutAccuracyCallback(TrainerCallback):
 
     def __init__(self, tokenizer, problems: list[str], golds: list[Any], output_dir: str, every_steps: int = 0,
                  system_prompt: str | None = None, max_new_tokens: int = 64, is_main_process: bool = True,
-                 stop_at: float | None = None):
+                 stop_at: float | None = None, timeout: float = 5.0):
         self.tokenizer = tokenizer
         self.problems, self.golds = problems, golds
         self.path = Path(output_dir) / "heldout_accuracy.jsonl"
@@ -36,6 +36,7 @@ class HeldOutAccuracyCallback(TrainerCallback):
         self.max_new_tokens = max_new_tokens
         self.is_main_process = is_main_process
         self.stop_at = stop_at  # stop training once held-out accuracy reaches this (the demo's cold start)
+        self.timeout = timeout  # seconds to verify one answer: the recipe's reward_timeout, as in training
         self.history: list[dict] = []
 
     def evaluate(self, model, step: int) -> float:
@@ -43,7 +44,8 @@ class HeldOutAccuracyCallback(TrainerCallback):
 
         start = time.monotonic()
         accuracy, _ = greedy_accuracy(
-            model, self.tokenizer, self.problems, self.golds, self.system_prompt, self.max_new_tokens
+            model, self.tokenizer, self.problems, self.golds, self.system_prompt, self.max_new_tokens,
+            timeout=self.timeout,
         )
         record = {"step": step, "accuracy": accuracy, "seconds": round(time.monotonic() - start, 2), "n": len(self.problems)}
         self.history.append(record)
@@ -104,6 +106,7 @@ def _heldout_accuracy(script_args, training_args, dataset, tokenizer, is_main_pr
         training_args.system_prompt,
         training_args.max_completion_length,
         is_main_process,
+        timeout=script_args.reward_timeout,
     )
 
 

@@ -48,18 +48,19 @@ def generate(model, tokenizer, prompts: list[str], max_new_tokens: int, batch_si
     return completions
 
 
-def score_answers(completions: list[str], golds: list[Any]) -> list[float | None]:
-    """1.0 / 0.0 per completion (None for an unparseable gold), exactly as the `accuracy` reward scores."""
+def score_answers(completions: list[str], golds: list[Any], timeout: float = 5.0) -> list[float | None]:
+    """1.0 / 0.0 per completion (None for an unparseable gold), exactly as the `accuracy` reward scores, each answer
+    within `timeout` seconds (the recipe's `reward_timeout`)."""
     from r1kit.rewards.verify import CORRECT, UNPARSEABLE_GOLD, judge_batch
 
-    return [None if o == UNPARSEABLE_GOLD else float(o == CORRECT) for o in judge_batch(golds, completions)]
+    return [None if o == UNPARSEABLE_GOLD else float(o == CORRECT) for o in judge_batch(golds, completions, timeout)]
 
 
 def greedy_accuracy(model, tokenizer, problems: list[str], golds: list[Any], system_prompt: str | None = None,
-                    max_new_tokens: int = 64, batch_size: int = 64) -> tuple[float, list[dict]]:
+                    max_new_tokens: int = 64, batch_size: int = 64, timeout: float = 5.0) -> tuple[float, list[dict]]:
     """Held-out accuracy (mean over judgeable samples) and the per-sample details."""
     completions = generate(model, tokenizer, chat_prompts(tokenizer, problems, system_prompt), max_new_tokens, batch_size)
-    scores = score_answers(completions, golds)
+    scores = score_answers(completions, golds, timeout)
     judged = [s for s in scores if s is not None]
     details = [{"problem": p, "gold": g, "completion": c, "score": s} for p, g, c, s in zip(problems, golds, completions, scores)]
     return (sum(judged) / len(judged) if judged else 0.0), details

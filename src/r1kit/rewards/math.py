@@ -31,7 +31,7 @@ def _judge(script_args: Any, name: str, completions, solution, log_metric) -> li
 
 def _warm_up(script_args: Any) -> None:
     """Start the verifier workers while the model loads."""
-    get_pool(getattr(script_args, "reward_timeout", 5.0), getattr(script_args, "reward_workers", None)).warm_up()
+    get_pool(getattr(script_args, "reward_workers", None)).warm_up()
 
 
 def make_accuracy_reward(script_args: Any, training_args: Any = None) -> Callable:

@@ -1,10 +1,16 @@
 """Math answer checking that cannot hang training.
 
-`judge_batch(golds, answers)` scores each (gold, completion) pair with math-verify in a small pool of worker
-processes. The parent enforces a wall-clock limit per sample: a worker still busy past its deadline (a
-`\\boxed{9^{9^{9^{9^{9}}}}}` that sympy tries to expand, a 50 kB expression) is killed and replaced, and the sample
-scores 0.0. This works from any thread and any process, unlike math-verify's own signal-based timeouts, and spreads a
-batch over the cores.
+`judge_batch(golds, answers, timeout)` scores each (gold, completion) pair with math-verify in a small pool of worker
+processes. The parent enforces a wall-clock limit per sample, given with each call: a worker still busy past its
+deadline (a `\\boxed{9^{9^{9^{9^{9}}}}}` that sympy tries to expand, a 50 kB expression) is killed and replaced, and
+the sample scores TIMEOUT. This works from any thread and any process, unlike math-verify's own signal-based
+timeouts, and spreads a batch over the cores.
+
+Workers are fresh interpreters started with `subprocess` that import only this module: they never re-run the
+caller's `__main__`, so a notebook or a script without an `if __name__ == "__main__":` guard verifies the same way a
+training run does. Where no worker can start, answers are verified in-process, with the same verdicts on any thread;
+math-verify's time limit then applies on the main thread only, and r1kit says once that no hard limit applies
+elsewhere.
 
 The same parsing serves `accuracy`, `cosine` and `length`: gold with LaTeX + plain-expression extraction, answers with
 boxed-first LaTeX extraction, and, when that finds nothing, the last `<answer>…</answer>` block read as a plain
@@ -16,16 +22,19 @@ from __future__ import annotations
 
 import atexit
 import functools
+import json
 import logging
 import math
-import multiprocessing as mp
 import os
 import re
+import socket
+import subprocess
+import sys
 import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from multiprocessing.connection import wait
+from multiprocessing.connection import Connection, wait
 
 logger = logging.getLogger(__name__)
 
@@ -33,6 +42,7 @@ logger = logging.getLogger(__name__)
 CORRECT, WRONG, UNPARSEABLE_GOLD, TIMEOUT = "correct", "wrong", "unparseable_gold", "timeout"
 READY = "ready"  # a worker's first message: imports done, deadlines may start
 MAX_ANSWER_CHARS = 20_000  # longer completions are judged on their last 20 k characters (the answer is at the end)
+DEFAULT_TIMEOUT = 5.0  # seconds per sample, as `reward_timeout` defaults
 
 
 def _configs():
@@ -79,50 +89,98 @@ def _has_huge_power(text: str) -> bool:
 
 
 @functools.lru_cache(maxsize=4096)
-def _parse_gold(gold: str, in_worker: bool) -> list:
+def _parse_gold(gold: str, limit: int | None) -> list:
     """Parsed gold, cached: a GRPO batch holds each gold `num_generations` times."""
     from math_verify import parse
 
-    timeout = {"parsing_timeout": None} if in_worker else {}
-    return parse(gold, extraction_config=_CONFIGS[0], extraction_mode="first_match", **timeout)
+    return parse(gold, extraction_config=_CONFIGS[0], extraction_mode="first_match", parsing_timeout=limit)
 
 
-def judge(gold: str, answer: str, in_worker: bool = False) -> str:
-    """CORRECT, WRONG or UNPARSEABLE_GOLD for one pair. In a worker, math-verify's signal timeouts are off (the
-    parent enforces the limit); in-process they stay on as a last resort."""
+def judge(gold: str, answer: str, limit: int | None = None) -> str:
+    """CORRECT, WRONG or UNPARSEABLE_GOLD for one pair.
+
+    Args:
+        gold (`str`): the reference answer.
+        answer (`str`): the completion.
+        limit (`int` or `None`): math-verify's own signal-based time limit in whole seconds, which works on the main
+            thread only; `None` (a worker, whose parent enforces the limit, or any other thread) runs without it.
+    """
     from math_verify import parse, verify
 
     global _CONFIGS
     if _CONFIGS is None:
         _CONFIGS = _configs()
-    gold_cfg, answer_cfg, block_cfg = _CONFIGS
-    timeout = {"parsing_timeout": None} if in_worker else {}
-    gold_parsed = _parse_gold(str(gold), in_worker)
+    _, answer_cfg, block_cfg = _CONFIGS
+    gold_parsed = _parse_gold(str(gold), limit)
     if not gold_parsed:
         return UNPARSEABLE_GOLD
     answer = str(answer)[-MAX_ANSWER_CHARS:]
     if _has_huge_power(answer) and not _has_huge_power(str(gold)):
         return WRONG  # cannot equal the gold, and would hang sympy until the time limit
-    answer_parsed = parse(answer, extraction_config=answer_cfg, extraction_mode="first_match", **timeout)
+    answer_parsed = parse(answer, extraction_config=answer_cfg, extraction_mode="first_match", parsing_timeout=limit)
     blocks = _ANSWER_BLOCK.findall(answer)
     if not answer_parsed and blocks:
         # Inside an explicit <answer> block a bare "42" is the answer; outside one, plain numbers are not read
         # (any number in the reasoning would count).
-        answer_parsed = parse(blocks[-1].strip(), extraction_config=block_cfg, extraction_mode="first_match", **timeout)
+        answer_parsed = parse(
+            blocks[-1].strip(), extraction_config=block_cfg, extraction_mode="first_match", parsing_timeout=limit
+        )
     if not answer_parsed:
         return WRONG
-    verify_timeout = {"timeout_seconds": None} if in_worker else {}
+    return CORRECT if verify(gold_parsed, answer_parsed, timeout_seconds=limit) else WRONG
+
+
+def _judge_reporting(gold: str, answer: str, limit: int | None) -> tuple[str, str | None]:
+    """(outcome, None), or (WRONG, "ExceptionType: message") when judging raised: the sample counts as wrong and the
+    caller reports the error, so that a bug cannot pass for a low reward."""
     try:
-        return CORRECT if verify(gold_parsed, answer_parsed, **verify_timeout) else WRONG
-    except Exception:  # math-verify raising on an exotic expression: the answer did not verify
-        return WRONG
+        return judge(gold, answer, limit), None
+    except Exception as e:  # noqa: BLE001 - reported by the caller, once per exception type
+        return WRONG, f"{type(e).__name__}: {str(e)[:300]}"
 
 
-def _worker_main(conn) -> None:
-    # One thread per worker: the pool is the parallelism, and the trainer owns the cores' threads.
-    os.environ["OMP_NUM_THREADS"] = "1"
-    logging.getLogger("math_verify").setLevel(logging.ERROR)  # it warns that we time out from the parent; we do
-    judge("1", "$1$", in_worker=True)  # import math-verify and sympy before the first deadline starts
+_REPORTED: set[str] = set()
+
+
+def _report_error(error: str) -> None:
+    """Logs an exception that turned a sample into WRONG, once per exception type."""
+    kind = error.split(":", 1)[0]
+    if kind not in _REPORTED:
+        _REPORTED.add(kind)
+        logger.warning(
+            "Verifying a math answer raised %s; the sample counts as wrong (logged once per exception type).", error
+        )
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Worker processes
+# --------------------------------------------------------------------------------------------------------------------
+# A worker is `python -c _WORKER_CODE FD PATH`: the parent's sys.path, then this module, then the loop. Nothing of the
+# caller's __main__ is imported (multiprocessing's spawn would re-run an unguarded script's top level).
+_WORKER_CODE = (
+    "import json, sys; fd, path = int(sys.argv[1]), json.loads(sys.argv[2]); sys.argv[1:] = []; sys.path[:] = path; "
+    "from r1kit.rewards.verify import worker_main; worker_main(fd)"
+)
+
+
+def _exit_with_parent() -> None:
+    """A worker busy in sympy would not notice its parent's death on the socket: watch the parent id instead."""
+    parent = os.getppid()
+    while True:
+        time.sleep(1.0)
+        if os.getppid() != parent:
+            os._exit(1)
+
+
+def worker_main(fd: int) -> None:
+    """A verifier worker's loop over the socket `fd`: READY, then one (outcome, error) message per sample."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: the parent decides
+    threading.Thread(target=_exit_with_parent, daemon=True, name="r1kit-verifier-watchdog").start()
+    logging.getLogger("math_verify").setLevel(logging.ERROR)  # it warns that the limit is the parent's; it is
+    conn = Connection(fd)
+    judge("1", "$1$")  # import math-verify and sympy before the first deadline starts
     conn.send(READY)
     while True:
         try:
@@ -132,24 +190,20 @@ def _worker_main(conn) -> None:
         if task is None:
             return
         for gold, answer in task:  # one message per sample, so the parent's deadline is per sample
-            try:
-                outcome = judge(gold, answer, in_worker=True)
-            except Exception:  # noqa: BLE001 - a parse crash is a wrong answer, not a dead worker
-                outcome = WRONG
-            conn.send(outcome)
+            conn.send(_judge_reporting(gold, answer, None))
 
 
 @dataclass
 class _Worker:
-    process: mp.Process
-    conn: object
+    process: subprocess.Popen
+    conn: Connection
     task: deque = field(default_factory=deque)  # indices of the samples it has yet to answer
     deadline: float = 0.0
     started: bool = False  # has it said READY?
 
 
 class PoolUnavailable(RuntimeError):
-    """Worker processes cannot start here (e.g. a script without an `if __name__ == "__main__":` guard)."""
+    """Worker processes cannot start here (no Python executable to run, no process creation)."""
 
 
 class VerifierPool:
@@ -157,52 +211,65 @@ class VerifierPool:
 
     Args:
         workers (`int`): number of worker processes.
-        timeout (`float`): seconds one sample may take before its worker is killed and the sample scores TIMEOUT.
+        timeout (`float`): default seconds one sample may take before its worker is killed and the sample scores
+            TIMEOUT; `map(..., timeout=...)` overrides it for one call.
     """
 
     STARTUP_SECONDS = 120.0  # for a fresh worker to import math-verify and sympy and say READY
 
-    def __init__(self, workers: int, timeout: float = 5.0):
+    def __init__(self, workers: int, timeout: float = DEFAULT_TIMEOUT):
         self.workers_wanted = max(1, workers)
         self.timeout = timeout
-        self._ctx = mp.get_context("spawn")  # never fork a process that holds torch's threads
         self._idle: list[_Worker] = []
         self._lock = threading.Lock()
         self.timeouts = 0
         self.unavailable = ""  # why worker processes cannot run here, once known
 
     def _start_worker(self) -> _Worker:
-        parent, child = self._ctx.Pipe()
-        process = self._ctx.Process(target=_worker_main, args=(child,), daemon=True, name="r1kit-verifier")
-        process.start()
-        child.close()
-        return _Worker(process, parent)
+        parent, child = socket.socketpair()
+        try:
+            env = {**os.environ, "OMP_NUM_THREADS": "1"}  # the pool is the parallelism; the trainer owns the cores
+            command = [sys.executable, "-c", _WORKER_CODE, str(child.fileno()), json.dumps(sys.path)]
+            process = subprocess.Popen(command, pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL, env=env)
+        except (OSError, ValueError) as e:  # no executable (embedded Python), no process creation
+            parent.close()
+            raise PoolUnavailable(f"cannot start a math-verify worker process ({e})") from None
+        finally:
+            child.close()
+        return _Worker(process, Connection(parent.detach()))
 
     def _kill(self, worker: _Worker) -> None:
         worker.process.kill()
-        worker.process.join(timeout=5)
+        try:
+            worker.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
         worker.conn.close()
 
     def warm_up(self) -> None:
         """Starts the workers now, so their imports overlap with whatever the caller does next."""
         with self._lock:
-            while not self.unavailable and len(self._idle) < self.workers_wanted:
-                self._idle.append(self._start_worker())
+            try:
+                while not self.unavailable and len(self._idle) < self.workers_wanted:
+                    self._idle.append(self._start_worker())
+            except PoolUnavailable as e:
+                self.unavailable = str(e)
 
     def close(self) -> None:
-        for worker in self._idle:
+        for worker in self._idle:  # no lock: at exit, a daemon thread may hold it forever
             self._kill(worker)
         self._idle.clear()
 
-    def map(self, pairs: list[tuple[str, str]], chunk: int = 8) -> list[str]:
-        """Judges every (gold, answer) pair; results in input order. Raises `PoolUnavailable` when worker
-        processes cannot start here."""
+    def map(self, pairs: list[tuple[str, str]], timeout: float | None = None, chunk: int = 8) -> list[str]:
+        """Judges every (gold, answer) pair, each within `timeout` seconds (default: the pool's); results in input
+        order. Raises `PoolUnavailable` when worker processes cannot start here."""
+        limit = self.timeout if timeout is None else timeout
         with self._lock:
             if self.unavailable:
                 raise PoolUnavailable(self.unavailable)
             busy: dict[object, _Worker] = {}
             try:
-                return self._map(pairs, chunk, busy)
+                return self._map(pairs, limit, chunk, busy)
             except PoolUnavailable as e:
                 self.unavailable = str(e)
                 for worker in [*busy.values(), *self._idle]:
@@ -210,7 +277,7 @@ class VerifierPool:
                 self._idle.clear()
                 raise
 
-    def _map(self, pairs: list[tuple[str, str]], chunk: int, busy: dict) -> list[str]:
+    def _map(self, pairs: list[tuple[str, str]], limit: float, chunk: int, busy: dict) -> list[str]:
         results: list[str | None] = [None] * len(pairs)
         # Chunks amortise the pipe round trip while keeping every worker busy.
         size = max(1, min(chunk, len(pairs) // (2 * self.workers_wanted) or 1))
@@ -220,7 +287,7 @@ class VerifierPool:
                 worker = self._idle.pop() if self._idle else self._start_worker()
                 worker.task = pending.popleft()
                 worker.conn.send([pairs[i] for i in worker.task])
-                worker.deadline = time.monotonic() + (self.timeout if worker.started else self.STARTUP_SECONDS)
+                worker.deadline = time.monotonic() + (limit if worker.started else self.STARTUP_SECONDS)
                 busy[worker.conn] = worker
             next_deadline = min(w.deadline for w in busy.values())
             for conn in wait(list(busy), timeout=max(0.0, next_deadline - time.monotonic())):
@@ -231,16 +298,22 @@ class VerifierPool:
                     busy.pop(conn)
                     self._kill(worker)
                     if not worker.started:  # worker processes cannot run here
-                        raise PoolUnavailable("a math-verify worker process exited at start-up") from None
-                    results[worker.task.popleft()] = WRONG  # killed by its sample (out of memory, say)
+                        raise PoolUnavailable(
+                            f"a math-verify worker process exited at start-up (exit code {worker.process.returncode})"
+                        ) from None
+                    _report_error("WorkerDied: a math-verify worker process died on a sample (out of memory?)")
+                    results[worker.task.popleft()] = WRONG
                     if worker.task:
                         pending.append(worker.task)
                     continue
-                worker.deadline = time.monotonic() + self.timeout
+                worker.deadline = time.monotonic() + limit
                 if message == READY:
                     worker.started = True
                     continue
-                results[worker.task.popleft()] = message
+                outcome, error = message
+                if error:
+                    _report_error(error)
+                results[worker.task.popleft()] = outcome
                 if not worker.task:
                     busy.pop(conn)
                     self._idle.append(worker)
@@ -269,48 +342,73 @@ def default_workers() -> int:
     return max(1, min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1, 8))
 
 
-def get_pool(timeout: float = 5.0, workers: int | None = None) -> VerifierPool:
-    """The process-wide verifier pool (started on first use, closed at exit)."""
+def get_pool(workers: int | None = None) -> VerifierPool:
+    """The process-wide verifier pool (started on first use, closed at exit). Its time limit is given per call."""
     global _POOL
     with _POOL_LOCK:
         if _POOL is None:
-            _POOL = VerifierPool(workers or default_workers(), timeout)
+            _POOL = VerifierPool(workers or default_workers())
             atexit.register(_POOL.close)
-        _POOL.timeout = timeout
         if workers:
             _POOL.workers_wanted = workers
         return _POOL
 
 
-_WARNED_IN_PROCESS = False
+_WARNED: set[str] = set()
 
 
-def _judge_in_process(pairs: list[tuple[str, str]], why: str) -> list[str]:
-    """Fallback when worker processes cannot run: math-verify in this process, with its own (main-thread only)
-    timeouts."""
-    global _WARNED_IN_PROCESS
-    if not _WARNED_IN_PROCESS:
-        _WARNED_IN_PROCESS = True
-        logger.warning("%s; verifying math answers in-process, without a hard time limit off the main thread.", why)
+def _warn_once(key: str, message: str, *args) -> None:
+    if key not in _WARNED:
+        _WARNED.add(key)
+        logger.warning(message, *args)
+
+
+def _silence_math_verify_timeout_notice() -> None:
+    """math-verify warns, once, that a disabled limit is the caller's business: r1kit has just said so itself."""
+    import math_verify.grader
+    import math_verify.parser
+
+    for module in (math_verify.grader, math_verify.parser):
+        if hasattr(module, "TIMEOUT_WARNING_SHOWN"):
+            module.TIMEOUT_WARNING_SHOWN = True
+
+
+def _judge_in_process(pairs: list[tuple[str, str]], why: str, timeout: float) -> list[str]:
+    """Fallback when worker processes cannot run: math-verify in this process. Its signal-based time limit (rounded up
+    to whole seconds) works on the main thread only; elsewhere the same verdicts come without a hard limit."""
+    _warn_once("in-process", "%s; verifying math answers in-process.", why)
+    if threading.current_thread() is threading.main_thread():
+        limit = max(1, math.ceil(timeout))
+    else:
+        limit = None
+        _warn_once(
+            "no-limit",
+            "Verifying math answers in-process off the main thread: no hard time limit applies there "
+            "(math-verify's limit needs the main thread's signals).",
+        )
+        _silence_math_verify_timeout_notice()
     out = []
     for gold, answer in pairs:
-        try:
-            out.append(judge(gold, answer))
-        except Exception:  # noqa: BLE001
-            out.append(WRONG)
+        outcome, error = _judge_reporting(gold, answer, limit)
+        if error:
+            _report_error(error)
+        out.append(outcome)
     return out
 
 
-def judge_batch(golds: list, answers: list[str], timeout: float = 5.0, workers: int | None = None) -> list[str]:
-    """Judges a batch: CORRECT / WRONG / UNPARSEABLE_GOLD / TIMEOUT per pair. A missing gold is UNPARSEABLE_GOLD."""
+def judge_batch(
+    golds: list, answers: list[str], timeout: float = DEFAULT_TIMEOUT, workers: int | None = None
+) -> list[str]:
+    """Judges a batch: CORRECT / WRONG / UNPARSEABLE_GOLD / TIMEOUT per pair, each within `timeout` seconds. A missing
+    gold is UNPARSEABLE_GOLD."""
     outcomes: list[str | None] = [UNPARSEABLE_GOLD if g is None or str(g).strip() == "" else None for g in golds]
     todo = [i for i, o in enumerate(outcomes) if o is None]
     if todo:
         pairs = [(str(golds[i]), answers[i] or "") for i in todo]
         try:
-            judged = get_pool(timeout, workers).map(pairs)
+            judged = get_pool(workers).map(pairs, timeout=timeout)
         except PoolUnavailable as e:
-            judged = _judge_in_process(pairs, str(e))
+            judged = _judge_in_process(pairs, str(e), timeout)
         for i, outcome in zip(todo, judged):
             outcomes[i] = outcome
     return outcomes  # type: ignore[return-value]
