@@ -12,3 +12,8 @@ def slow_length_variety(completions, **kwargs):
     """The same, slowed down so a test can kill the run between two steps."""
     time.sleep(0.4)
     return length_variety(completions)
+
+
+async def async_length_variety(completions, **kwargs):
+    """`length_variety` as an `async def` reward, which TRL runs concurrently after the plain ones."""
+    return [-r for r in length_variety(completions)]

@@ -61,6 +61,25 @@ def test_three_steps_train_every_parameter_and_write_outputs(tmp_path, tiny_mode
     assert json.loads((out / "r1kit_run.json").read_text())["world_size"] == 1
 
 
+@pytest.mark.parametrize("order", ["async last", "async first"])
+def test_completions_file_holds_every_reward_of_every_completion(tmp_path, tiny_model_dir, math_jsonl, order):
+    rewards = ["accuracy", "tests.rewards_for_tests:length_variety"]
+    asynchronous = "tests.rewards_for_tests:async_length_variety"  # TRL runs it concurrently, after the others
+    rewards = [*rewards, asynchronous] if order == "async last" else [asynchronous, *rewards]
+    out = tmp_path / "out"
+    run_recipe(tmp_path, tiny_recipe(tiny_model_dir, math_jsonl, out, max_steps=2, save_steps=10, reward_funcs=rewards))
+
+    rows = [json.loads(line) for line in (out / "completions.jsonl").read_text().splitlines()]
+    assert len(rows) == 2 * 8 and [r["step"] for r in rows] == [1] * 8 + [2] * 8
+    for row in rows:
+        scores = row["rewards"]
+        assert set(scores) == {"accuracy_reward", "length_variety", "async_length_variety"}
+        assert scores["accuracy_reward"] in (0.0, 1.0)
+        assert scores["length_variety"] == pytest.approx(len(row["completion"]) / 20)
+        assert scores["async_length_variety"] == pytest.approx(-scores["length_variety"])
+        assert row["prompt"].startswith("What is") and row["mode"] == "train"
+
+
 def test_resume_auto_reproduces_the_uninterrupted_run(tmp_path, tiny_model_dir, math_jsonl):
     full, resumed = tmp_path / "full", tmp_path / "resumed"
     run_recipe(tmp_path, tiny_recipe(tiny_model_dir, math_jsonl, full, max_steps=4))

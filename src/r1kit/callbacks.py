@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -299,57 +300,52 @@ def get_callbacks(script_args, training_args, dataset, tokenizer, is_main_proces
 
 
 class CompletionsRecorder:
-    """Wraps the reward functions so that every scored completion lands in `OUTPUT_DIR/completions.jsonl` with its
-    step, prompt and each reward: what the model wrote, without wandb. Only the main process writes (its own
-    share of the batch)."""
+    """Writes every scored completion to `OUTPUT_DIR/completions.jsonl` with its step, prompt and the score of every
+    reward: what the model wrote, without wandb.
+
+    It wraps the trainer's reward calculation rather than a reward function, so each row holds every reward's score
+    whatever their kinds and order (plain functions, `async def` functions that TRL runs concurrently, reward models).
+    Only the main process writes (its own share of the batch); rows from evaluation carry `"mode": "eval"`.
+    """
 
     def __init__(self, output_dir: str, enabled: bool = True):
         self.path = Path(output_dir) / "completions.jsonl"
         self.enabled = enabled
-        self._pending: dict[str, list] = {}
 
-    def wrap(self, reward_funcs: list[Callable]) -> list[Callable]:
+    def attach(self, trainer) -> None:
+        """Records from now on each batch that `trainer` (a TRL `GRPOTrainer`) scores."""
         if not self.enabled:
-            return reward_funcs
-        last = len(reward_funcs) - 1
-        return [self._wrap(func, i == last) for i, func in enumerate(reward_funcs)]
+            return
+        calculate = getattr(trainer, "_calculate_rewards", None)
+        if calculate is None:  # a TRL whose internals moved: say so rather than leave an empty file
+            logger.warning("This TRL's GRPOTrainer has no _calculate_rewards: completions.jsonl will not be written.")
+            return
 
-    def _wrap(self, func: Callable, flush: bool) -> Callable:
-        import functools
-        import inspect
-
-        name = getattr(func, "__name__", type(func).__name__)
-        recorder = self
-
-        if inspect.iscoroutinefunction(func) or not callable(func) or hasattr(func, "forward"):
-            return func  # async rewards and reward models are left as they are
-
-        @functools.wraps(func)
-        def recorded(*args, **kwargs):
-            rewards = func(*args, **kwargs)
-            recorder._pending[name] = list(rewards)
-            if flush:
-                recorder._write(kwargs)
+        def calculate_and_record(inputs, prompts, completions, completion_ids_list):
+            rewards = calculate(inputs, prompts, completions, completion_ids_list)
+            # Gathered over processes, in rank order: this process's rows are its own slice.
+            n, rank = len(prompts), trainer.accelerator.process_index
+            training = trainer.model.training
+            step = trainer.state.global_step + 1 if training else trainer.state.global_step
+            self.write(step, "train" if training else "eval", prompts, completions, list(trainer.reward_func_names),
+                       rewards[rank * n : (rank + 1) * n].tolist())
             return rewards
 
-        recorded.__name__ = name
-        return recorded
+        trainer._calculate_rewards = calculate_and_record
 
-    def _write(self, kwargs: dict) -> None:
+    def write(self, step: int, mode: str, prompts: list, completions: list, names: list[str],
+              scores: list[list[float]]) -> None:
+        """Appends one row per completion; a reward's `None` (NaN in TRL's tensor) stays `null`."""
         from r1kit.rewards._text import completion_text
 
-        state = kwargs.get("trainer_state")
-        step = state.global_step + 1 if state is not None else None
-        prompts, completions = kwargs.get("prompts") or [], kwargs.get("completions") or []
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self.path.open("a") as f:
-            for i, completion in enumerate(completions):
-                prompt = prompts[i] if i < len(prompts) else None
+            for prompt, completion, row_scores in zip(prompts, completions, scores):
                 row = {
                     "step": step,
+                    "mode": mode,
                     "prompt": completion_text(prompt[-1:]) if isinstance(prompt, list) else prompt,
                     "completion": completion_text(completion),
-                    "rewards": {name: values[i] for name, values in self._pending.items()},
+                    "rewards": {name: None if math.isnan(v) else v for name, v in zip(names, row_scores)},
                 }
                 f.write(json.dumps(row) + "\n")
-        self._pending.clear()

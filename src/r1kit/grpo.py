@@ -235,8 +235,7 @@ def build_trainer(script_args: GRPOScriptArguments, training_args: GRPOConfig, m
     is_main = training_args.process_index == 0
     callbacks = get_callbacks(script_args, training_args, raw_dataset or dataset, tokenizer, is_main)
     model = get_model(model_args, training_args)
-    recorder = CompletionsRecorder(training_args.output_dir, enabled=training_args.log_completions_file and is_main)
-    reward_funcs = recorder.wrap(get_reward_funcs(script_args, training_args))
+    reward_funcs = get_reward_funcs(script_args, training_args)
     eval_dataset = None
     if training_args.eval_strategy != "no":
         if script_args.dataset_test_split not in dataset:
@@ -255,6 +254,8 @@ def build_trainer(script_args: GRPOScriptArguments, training_args: GRPOConfig, m
         callbacks=callbacks,
         processing_class=tokenizer,
     )
+    recorder = CompletionsRecorder(training_args.output_dir, enabled=training_args.log_completions_file and is_main)
+    recorder.attach(trainer)  # every scored completion, with every reward's score, to completions.jsonl
     if training_args.compact_progress:
         from transformers.trainer_callback import ProgressCallback
 
