@@ -101,6 +101,20 @@ def test_resume_auto_reproduces_the_uninterrupted_run(tmp_path, tiny_model_dir, 
     assert json.loads((resumed / "r1kit_run.json").read_text())["resumed_from"].endswith("checkpoint-2")
 
 
+def test_rerun_tells_the_user_it_resumes_and_how_to_start_fresh(tmp_path, tiny_model_dir, math_jsonl):
+    out = tmp_path / "out"
+    run_recipe(tmp_path, tiny_recipe(tiny_model_dir, math_jsonl, out, max_steps=2, save_steps=2))  # the first run
+    path = write_recipe(tmp_path, **tiny_recipe(tiny_model_dir, math_jsonl, out, max_steps=3, save_steps=2))
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    rerun = subprocess.run([sys.executable, "-m", "r1kit", "grpo", "--config", str(path)], cwd=tmp_path, env=env,
+                           capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    lines = [line for line in (rerun.stdout + rerun.stderr).splitlines() if "Resuming from" in line]
+    assert len(lines) == 1, lines  # at the default log level, once
+    assert f"{out / 'checkpoint-2'} (step 2" in lines[0] and "resume: never" in lines[0]
+    assert json.loads((out / "trainer_state.json").read_text())["global_step"] == 3
+
+
 def test_resume_never_starts_fresh(tmp_path, tiny_model_dir, math_jsonl):
     out = tmp_path / "out"
     run_recipe(tmp_path, tiny_recipe(tiny_model_dir, math_jsonl, out, max_steps=2))

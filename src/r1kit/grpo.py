@@ -78,7 +78,12 @@ def find_resume_checkpoint(output_dir: str, resume: str) -> str | None:
     for _, path in reversed(candidates):
         problem = checkpoint_problem(path)
         if problem is None:
-            logger.info("Resuming from %s (resume: auto).", path)
+            step = json.loads((path / "trainer_state.json").read_text()).get("global_step", "?")
+            # At the default log level too: a rerun that silently continues an old run would surprise.
+            logger.warning(
+                "Resuming from %s (step %s; resume: auto). To start fresh instead, set resume: never (--resume never).",
+                path, step,
+            )
             return str(path)
         logger.warning("Skipping incomplete checkpoint %s: %s.", path, problem)
     return None
