@@ -5,12 +5,13 @@ per program, one `TestResult` per test with a status: passed, wrong answer, runt
 compile error or sandbox error. `sandbox_error` means the back end itself failed (could not start, remote 5xx): the
 rewards turn it into `None`, never into a 0.
 
-Back ends: `local` (default; subprocess isolation, no account), `piston` (a Piston server), `e2b` and `morph` (their
+Back ends: `local` (default; a bubblewrap jail on this machine, no account), `piston` (a Piston server), `e2b` and `morph` (their
 routers over HTTP, or their SDKs from `pip install r1kit[code]`).
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -21,6 +22,7 @@ TIME_LIMIT = "time_limit"
 MEMORY_LIMIT = "memory_limit"
 COMPILE_ERROR = "compile_error"
 SANDBOX_ERROR = "sandbox_error"
+LANGUAGES = ("python", "cpp")
 STATUSES = (PASSED, WRONG_ANSWER, RUNTIME_ERROR, TIME_LIMIT, MEMORY_LIMIT, COMPILE_ERROR, SANDBOX_ERROR)
 
 
@@ -30,7 +32,7 @@ class Program:
 
     Args:
         code (`str`): source code.
-        language (`str`, defaults to `"python"`): `python` or `cpp`.
+        language (`str`, defaults to `"python"`): one of `LANGUAGES` (`python`, `cpp`).
         inputs (`list[str]`): stdin of each test.
         expected (`list[str | None]`): expected stdout of each test; `None` only requires a clean exit.
         time_limit (`float`, defaults to `5.0`): seconds of wall time per test.
@@ -53,6 +55,10 @@ class Program:
             self.expected = [None] * len(self.inputs)
         if len(self.expected) != len(self.inputs):
             raise ValueError("Program needs one expected output per input")
+        if self.language not in LANGUAGES:
+            raise ValueError(f"unknown language {self.language!r}; supported: {', '.join(LANGUAGES)}")
+        if not self.time_limit > 0 or not self.memory_mb > 0:
+            raise ValueError("time_limit and memory_mb must be positive")
 
 
 @dataclass
@@ -93,19 +99,57 @@ def judge(result: TestResult, expected: str | None) -> TestResult:
     return result
 
 
-def results_from_reply(program: Program, reply: dict) -> list[TestResult]:
-    """Judged results from a harness reply ({compile, results}); raises ValueError on a malformed reply."""
-    if reply.get("compile") and not reply["compile"]["ok"]:
-        return [TestResult(COMPILE_ERROR, stderr=reply["compile"]["stderr"]) for _ in program.inputs]
-    results = [TestResult(r["status"], r["stdout"], r["stderr"], r["seconds"]) for r in reply["results"]]
-    if len(results) != len(program.inputs) or any(r.status not in STATUSES for r in results):
-        raise ValueError("malformed sandbox reply")
+HARNESS_STATUSES = (PASSED, RUNTIME_ERROR, TIME_LIMIT, MEMORY_LIMIT)
+CUT_SHORT = "the harness stopped before this test finished: the program killed, stalled or confused it"
+
+
+def _result_line(line: dict) -> TestResult:
+    r = line["result"]
+    if r["status"] not in HARNESS_STATUSES or not isinstance(r["stdout"], str) or not isinstance(r["stderr"], str):
+        raise TypeError("malformed result")
+    return TestResult(r["status"], r["stdout"], r["stderr"], float(r["seconds"]))
+
+
+def parse_reply(program: Program, lines: list[str]) -> list[TestResult]:
+    """Judged results from the harness's reply lines (see `_harness.py`).
+
+    Raises ValueError when the harness never said `ready` (the sandbox itself failed: an infrastructure failure).
+    After `ready`, a reply that is cut short or malformed is the program's doing: the tests without a valid result
+    are runtime errors, never a sandbox error."""
+    parsed, ready = [], False
+    for line in lines:
+        try:
+            item = json.loads(line)
+        except ValueError:
+            item = None
+        if not ready:
+            ready = isinstance(item, dict) and item.get("ready") is True
+            continue
+        parsed.append(item)
+    if not ready:
+        raise ValueError("no ready line from the sandbox harness")
+    results: list[TestResult] = []
+    items = iter(parsed)
+    if program.language == "cpp":
+        compiled = next(items, None)
+        try:
+            if not compiled["compile"]["ok"]:
+                return [TestResult(COMPILE_ERROR, stderr=str(compiled["compile"]["stderr"])) for _ in program.inputs]
+        except (TypeError, KeyError):
+            return [TestResult(RUNTIME_ERROR, stderr=CUT_SHORT) for _ in program.inputs]
+    for item in items:
+        if len(results) == len(program.inputs):
+            break
+        try:
+            results.append(_result_line(item))
+        except (TypeError, KeyError, ValueError):
+            break
+    results += [TestResult(RUNTIME_ERROR, stderr=CUT_SHORT) for _ in range(len(program.inputs) - len(results))]
     return [judge(r, expected) for r, expected in zip(results, program.expected)]
 
 
-def harness_request(program: Program, uid: int = 0, max_output: int = 16 << 20, max_processes: int = 64,
-                    hide: list[str] | None = None) -> dict:
-    """The request `_harness.serve` takes for `program`."""
+def harness_request(program: Program, max_output: int = 16 << 20, max_processes: int = 64) -> dict:
+    """The request `_harness.serve` takes for `program` (never the expected outputs)."""
     return {
         "language": program.language,
         "code": program.code,
@@ -114,10 +158,9 @@ def harness_request(program: Program, uid: int = 0, max_output: int = 16 << 20, 
         "memory_mb": program.memory_mb,
         "max_output": max_output,
         "nproc": max_processes,
-        "uid": uid,
-        "hide": hide or [],
         "argv": program.argv,
         "files": program.files,
+        "contained": False,
     }
 
 

@@ -1,92 +1,66 @@
-"""The in-sandbox test runner. Started once per program by the local provider, as a fresh interpreter with a scrubbed
-environment and, where the machine allows, in new network, PID and mount namespaces.
+"""The test runner that runs next to a program, inside its jail, as the same unprivileged user. Standard library only:
+it runs with `python -I -S`, locally inside bubblewrap (see `jail.py`) or as the script of a remote sandbox.
 
-It reads one JSON request on stdin: {language, code, inputs, time_limit, memory_mb, max_output, uid, hide}, and
-writes one JSON reply on stdout: {"compile": {...} | null, "results": [{status, stdout, stderr, exit_code, signal,
-seconds}]}. It never sees expected outputs: judging happens in the trainer, so a program cannot read the answers out
-of this process's memory.
+It reads one JSON request on stdin: {language, code, inputs, time_limit, memory_mb, max_output, nproc, argv, files,
+contained}, and answers with JSON lines on stdout:
 
-Each test runs in its own child process: forked from this interpreter for Python (no interpreter start-up per test),
-or exec'd for a compiled binary. The child drops to an unprivileged uid, gets CPU-time, address-space, process,
-open-file and file-size limits, and its stdin/stdout/stderr are files in a private working directory. After each test
-every other process in the namespace is killed, so nothing a test starts outlives it.
+    {"ready": true}                       setup done; from here on only the program can make things fail
+    {"compile": {"ok": bool, "stderr": str}}           C++ only
+    {"result": {status, stdout, stderr, exit_code, signal, seconds}}   one per test, in order
+    {"done": true}
 
-This file must only use the standard library: it runs with `python -I -S`.
+It never sees expected outputs: judging happens in the trainer. Each test runs in its own child (forked from this
+interpreter for Python, exec'd from the compiled binary for C++) with CPU-time, address-space, process, open-file and
+output-size limits; its stdin, stdout and stderr are anonymous memory files this process created and reads back
+through descriptors it holds, so the program cannot point them anywhere else. This process is not dumpable, so the
+program cannot open its descriptors through /proc or trace it. Inside a jail of its own (`contained`), every process
+left over after a test is killed.
 """
 
 import json
 import os
 import resource
 import signal
-import subprocess
 import sys
 import time
 import traceback
 
-PASSED, WRONG, RUNTIME, TIMEOUT, MEMORY, COMPILE, SANDBOX = (
-    "passed", "wrong_answer", "runtime_error", "time_limit", "memory_limit", "compile_error", "sandbox_error"
-)
-NAMESPACED = os.environ.pop("R1KIT_SANDBOX_NAMESPACED", "") == "1"
-IS_ROOT = os.geteuid() == 0
+PASSED, RUNTIME, TIMEOUT, MEMORY = "passed", "runtime_error", "time_limit", "memory_limit"
+COMPILE_LIMITS = {"memory_mb": 2048, "cpu_seconds": 30, "wall_seconds": 60, "output": 64 << 20, "nproc": 64}
+READ_LIMIT = 4000
 
 
-MS_RDONLY, MS_REMOUNT, MS_BIND, MS_REC = 1, 32, 4096, 16384
-STDLIB_VIEW = "/tmp/.r1kit-stdlib"  # where the standard library is visible to the unprivileged test uid
-PATH_MAP = []  # (original prefix, visible prefix) pairs applied to sys.path in test children
+def set_not_dumpable():
+    """prctl(PR_SET_DUMPABLE, 0): /proc/<this pid>/fd, /mem and ptrace become root-only."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)
+    except Exception:  # noqa: BLE001 - without ctypes the jail still separates us from the host
+        pass
 
 
-def private_mounts(hide):
-    """In our own mount namespace: a /proc that shows only this namespace's processes, fresh tmpfs over the
-    world-writable folders (so writes vanish with the sandbox) and over the trainer's folders (so they cannot be
-    read), and a read-only view of the standard library where the test uid can reach it (Python often lives under
-    a home folder that other users cannot enter)."""
-    import sysconfig
-
-    mount("proc", "/proc", "proc", "")
-    stdlib = os.path.realpath(sysconfig.get_paths()["stdlib"])
-    stdlib_fd = os.open(stdlib, os.O_RDONLY | os.O_DIRECTORY)  # still reachable if a tmpfs below covers its path
-    for path in ["/tmp", "/var/tmp", "/dev/shm", "/run/lock", "/var/lock", *hide]:
-        if os.path.isdir(path) and not os.path.islink(path):
-            mount("tmpfs", path, "tmpfs", "size=256m,mode=1777")
-    os.makedirs(STDLIB_VIEW, mode=0o755)
-    mount(f"/proc/self/fd/{stdlib_fd}", STDLIB_VIEW, "", "", MS_BIND | MS_REC)
-    mount("none", STDLIB_VIEW, "", "", MS_BIND | MS_REMOUNT | MS_RDONLY)
-    os.close(stdlib_fd)
-    PATH_MAP.append((stdlib, STDLIB_VIEW))
+def memfile(name, content=b""):
+    fd = os.memfd_create(name, os.MFD_CLOEXEC) if hasattr(os, "memfd_create") else _unlinked_file()
+    if content:
+        os.write(fd, content)
+        os.lseek(fd, 0, os.SEEK_SET)
+    return fd
 
 
-def mount(source, target, fstype, options, flags=0):
-    """mount(2) through libc: a `mount` process per call would cost more than the tests."""
-    import ctypes
+def _unlinked_file():
+    import tempfile
 
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.mount(source.encode(), target.encode(), fstype.encode() or None, flags, options.encode() or None) != 0:
-        errno = ctypes.get_errno()
-        raise OSError(errno, f"mount {fstype or source} on {target}: {os.strerror(errno)}")
+    fd, path = tempfile.mkstemp()
+    os.unlink(path)
+    return fd
 
 
-# Imported before tests start when the standard library could not be re-mounted for the test uid (no namespace):
-# what solutions commonly import stays usable even where the interpreter's folder is unreadable to that uid.
-COMMON_MODULES = (
-    "typing", "collections", "heapq", "bisect", "functools", "itertools", "re", "string", "fractions", "decimal",
-    "random", "statistics", "datetime", "copy", "array", "dataclasses", "operator", "math", "cmath", "json", "queue",
-)
-
-
-def preimport_common_modules():
-    import importlib
-
-    for name in COMMON_MODULES:
-        try:
-            importlib.import_module(name)
-        except ImportError:
-            pass
-
-
-def remap_sys_path():
-    """In a test child: find the standard library through its visible view."""
-    for original, visible in PATH_MAP:
-        sys.path[:] = [visible + p[len(original):] if p.startswith(original) else p for p in sys.path]
+def read_back(fd, limit):
+    try:
+        return os.pread(fd, limit, 0).decode("utf-8", "replace")
+    except OSError:
+        return ""
 
 
 def limit(memory_mb, cpu_seconds, max_output, nproc):
@@ -98,13 +72,6 @@ def limit(memory_mb, cpu_seconds, max_output, nproc):
     resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
 
 
-def drop_privileges(uid):
-    if IS_ROOT and uid:
-        os.setgroups([])
-        os.setgid(uid)
-        os.setuid(uid)
-
-
 def run_python_in_child(code, argv):
     """In the forked child: run the program as __main__ with fresh standard streams."""
     import builtins
@@ -114,7 +81,6 @@ def run_python_in_child(code, argv):
     sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), write_through=False)
     sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), write_through=True)
     sys.argv = ["solution.py", *argv]
-    remap_sys_path()
     status = 0
     try:
         exec(compile(code, "solution.py", "exec"), {"__name__": "__main__", "__builtins__": builtins})
@@ -132,167 +98,206 @@ def run_python_in_child(code, argv):
         sys.stdout.flush()
     except BaseException:  # noqa: BLE001 - e.g. output limit reached while flushing
         status = status or 1
-    os._exit(status)
+    os._exit(status & 0xFF)
 
 
-def run_test(request, index, argv):
-    """Runs one test in a child process; returns its result."""
-    workdir = os.getcwd()
-    stdin_path = os.path.join(workdir, f"in{index}")
-    out_path, err_path = os.path.join(workdir, f"out{index}"), os.path.join(workdir, f"err{index}")
-    with open(stdin_path, "w") as f:
-        f.write(request["inputs"][index])
-    for path in (out_path, err_path):
-        open(path, "w").close()
-        if IS_ROOT and request["uid"]:
-            os.chown(path, request["uid"], request["uid"])
-    time_limit = float(request["time_limit"])
-    start = time.monotonic()
+def spawn(stdin, limits, run):
+    """Forks a child with its own session, memory files for its standard streams and `limits`; `run()` becomes the
+    child. Returns (pid, stdout fd, stderr fd)."""
+    fd_in = memfile("stdin", stdin.encode())
+    fd_out, fd_err = memfile("stdout"), memfile("stderr")
     pid = os.fork()
-    if pid == 0:  # the child: become the program
+    if pid == 0:
         try:
             os.setsid()
-            fd_in = os.open(stdin_path, os.O_RDONLY)
-            fd_out = os.open(out_path, os.O_WRONLY | os.O_TRUNC)
-            fd_err = os.open(err_path, os.O_WRONLY | os.O_TRUNC)
             for fd, target in ((fd_in, 0), (fd_out, 1), (fd_err, 2)):
                 os.dup2(fd, target)
-            os.closerange(3, 4096)
-            drop_privileges(request["uid"])
-            limit(request["memory_mb"], int(time_limit) + 1, request["max_output"], request["nproc"])
-            if argv is None:
-                run_python_in_child(request["code"], request.get("argv", []))
-            os.execv(argv[0], [*argv, *request.get("argv", [])])
+            run(limits)
         except BaseException:  # noqa: BLE001
-            os._exit(127)
-    status, exit_code, sig = None, None, None
-    deadline = start + time_limit
+            pass
+        os._exit(127)
+    os.close(fd_in)
+    return pid, fd_out, fd_err
+
+
+def wait(pid, seconds, contained):
+    """Waits for `pid` at most `seconds` of wall time; returns (status word or None on time-out, elapsed)."""
+    start = time.monotonic()
+    deadline = start + seconds
+    wait_status = None
     while True:
-        done, wait_status = os.waitpid(pid, os.WNOHANG)
+        done, status = os.waitpid(pid, os.WNOHANG)
         if done:
+            wait_status = status
             break
         if time.monotonic() >= deadline:
-            os.killpg(pid, signal.SIGKILL) if _alive(pid) else None
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except OSError:
+                pass
             os.waitpid(pid, 0)
-            status = TIMEOUT
             break
-        time.sleep(0.001 if time.monotonic() - start < 0.05 else 0.01)
-    seconds = time.monotonic() - start
-    kill_strays(request["uid"])
-    if status is None:
-        if os.WIFSIGNALED(wait_status):
-            sig = os.WTERMSIG(wait_status)
-            status = TIMEOUT if sig == signal.SIGXCPU else RUNTIME
+        time.sleep(0.0005 if time.monotonic() - start < 0.02 else 0.005)
+    elapsed = time.monotonic() - start
+    kill_leftovers(pid, contained)
+    return wait_status, elapsed
+
+
+def kill_leftovers(pid, contained):
+    """Kills what a test left running. In a jail of our own that is every process but us and the jail's init;
+    elsewhere (a remote sandbox) only the test's process group, never the host's other processes."""
+    me = os.getpid()
+    for _ in range(200):
+        if contained:
+            try:
+                os.kill(-1, signal.SIGKILL)
+            except OSError:
+                pass
         else:
-            exit_code = os.WEXITSTATUS(wait_status)
-            status = PASSED if exit_code == 0 else RUNTIME  # PASSED = ran cleanly; the trainer compares the output
-    stderr = _read(err_path, 4000)
-    if status == RUNTIME and ("MemoryError" in stderr or "std::bad_alloc" in stderr):
-        status = MEMORY
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        reap()
+        if not contained or not [p for p in os.listdir("/proc") if p.isdigit() and int(p) not in (1, me)]:
+            return
+        time.sleep(0.001)
+
+
+def reap():
+    while True:
+        try:
+            if os.waitpid(-1, os.WNOHANG)[0] == 0:
+                return
+        except ChildProcessError:
+            return
+
+
+def classify(wait_status, stderr):
+    """(status, exit code, signal) of a finished test."""
+    if wait_status is None:
+        return TIMEOUT, None, signal.SIGKILL
+    if os.WIFSIGNALED(wait_status):
+        sig = os.WTERMSIG(wait_status)
+        return (TIMEOUT if sig == signal.SIGXCPU else RUNTIME), None, sig
+    code = os.WEXITSTATUS(wait_status)
+    if code == 0:
+        return PASSED, 0, None  # ran cleanly; the trainer compares the output
+    if "MemoryError" in stderr or "std::bad_alloc" in stderr:
+        return MEMORY, code, None
+    return RUNTIME, code, None
+
+
+def run_test(request, stdin, binary_fd):
+    time_limit = float(request["time_limit"])
+    limits = (int(request["memory_mb"]), int(time_limit) + 1, int(request["max_output"]), int(request["nproc"]))
+    argv = [str(a) for a in request.get("argv") or []]
+
+    def become_program(limits):
+        if binary_fd is not None:
+            os.dup2(binary_fd, 3)
+            os.closerange(4, 65536)
+            limit(*limits)
+            os.set_inheritable(3, False)
+            os.execve(3, ["solution", *argv], {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"})
+        os.closerange(3, 65536)
+        limit(*limits)
+        run_python_in_child(request["code"], argv)
+
+    pid, fd_out, fd_err = spawn(stdin, limits, become_program)
+    wait_status, seconds = wait(pid, time_limit, request.get("contained", False))
+    stderr = read_back(fd_err, 1 << 20)
+    status, exit_code, sig = classify(wait_status, stderr)
     if sig == signal.SIGXFSZ:
         stderr += "\noutput limit exceeded"
-    return {
-        "status": status,
-        "stdout": _read(out_path, request["max_output"]),
-        "stderr": stderr[-4000:],
-        "exit_code": exit_code,
-        "signal": sig,
-        "seconds": round(seconds, 4),
-    }
-
-
-def _alive(pid):
-    try:
-        os.kill(pid, 0)
-        return True
-    except OSError:
-        return False
-
-
-def kill_strays(uid):
-    """Kills every process the test left behind. In our own PID namespace that is simply everyone but us; outside
-    one, every process of the sandbox uid (unique to this program)."""
-    if NAMESPACED:
-        try:
-            os.kill(-1, signal.SIGKILL)
-        except OSError:
-            pass
-    elif IS_ROOT and uid:
-        pid = os.fork()
-        if pid == 0:
-            try:
-                os.setuid(uid)
-                os.kill(-1, signal.SIGKILL)  # everything this uid may signal: the program's processes
-            finally:
-                os._exit(0)
-        os.waitpid(pid, 0)
-    while True:  # reap
-        try:
-            if os.waitpid(-1, os.WNOHANG) == (0, 0):
-                break
-        except ChildProcessError:
-            break
-
-
-def _read(path, limit_bytes):
-    try:
-        with open(path, "rb") as f:
-            return f.read(limit_bytes).decode("utf-8", "replace")
-    except OSError:
-        return ""
+    stdout = read_back(fd_out, int(request["max_output"]))
+    os.close(fd_out)
+    os.close(fd_err)
+    return {"status": status, "stdout": stdout, "stderr": stderr[-READ_LIMIT:], "exit_code": exit_code, "signal": sig,
+            "seconds": round(seconds, 4)}
 
 
 def compile_cpp(request):
+    """Compiles solution.cpp (plus grader .cpp files) as this unprivileged user, with limits; returns
+    ({ok, stderr}, descriptor of the binary or None)."""
     with open("solution.cpp", "w") as f:
         f.write(request["code"])
-    extra = sorted(n for n in request.get("files", {}) if n.endswith(".cpp") and n != "solution.cpp")  # graders
-    cmd = ["g++", "-O2", "-std=c++17", "-o", "solution", "solution.cpp", *extra]
+    graders = sorted(n for n in request.get("files") or {} if n.endswith(".cpp") and n != "solution.cpp")
+    cmd = ["/usr/bin/g++", "-O2", "-std=c++17", "-o", "solution", "solution.cpp", *graders]
+    c = COMPILE_LIMITS
+
+    def become_compiler(limits):
+        os.closerange(3, 65536)
+        limit(*limits)
+        os.execve(cmd[0], cmd, {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "TMPDIR": os.getcwd()})
+
+    pid, fd_out, fd_err = spawn("", (c["memory_mb"], c["cpu_seconds"], c["output"], c["nproc"]), become_compiler)
+    wait_status, _ = wait(pid, c["wall_seconds"], request.get("contained", False))
+    stderr = read_back(fd_err, READ_LIMIT) + read_back(fd_out, 1000)
+    os.close(fd_out)
+    os.close(fd_err)
+    ok = wait_status is not None and os.WIFEXITED(wait_status) and os.WEXITSTATUS(wait_status) == 0
+    if wait_status is None:
+        stderr += "\ncompilation exceeded its time limit"
+    if not ok:
+        return {"ok": False, "stderr": stderr[-READ_LIMIT:]}, None
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return {"ok": False, "stderr": str(e)}
-    if proc.returncode == 0 and IS_ROOT and request["uid"]:
-        os.chown("solution", request["uid"], request["uid"])
-    return {"ok": proc.returncode == 0, "stderr": proc.stderr[-4000:]}
+        return {"ok": True, "stderr": stderr[-READ_LIMIT:]}, os.open("solution", os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as e:
+        return {"ok": False, "stderr": f"no binary: {e}"}, None
 
 
-def serve(request):
-    """Runs one program's tests; returns the reply."""
-    if NAMESPACED and IS_ROOT:
-        private_mounts(request.get("hide", []))
-    elif IS_ROOT and request["uid"]:
-        preimport_common_modules()
-    workdir = os.path.join("/tmp", f"r1kit-run-{os.getpid()}-{time.monotonic_ns()}")
-    os.makedirs(workdir, mode=0o755, exist_ok=True)
-    if IS_ROOT and request["uid"]:
-        os.chown(workdir, request["uid"], request["uid"])
-    os.chdir(workdir)
-    reply = {"compile": None, "results": []}
+def write_files(files):
+    for name, content in (files or {}).items():
+        path = os.path.basename(str(name))
+        if not path or path.startswith("."):
+            continue
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        with os.fdopen(fd, "w") as f:
+            f.write(str(content))
+
+
+def serve(request, emit):
+    """Runs one program's tests, calling `emit(dict)` for each reply line."""
+    set_not_dumpable()
+    workdir = None
+    if not request.get("contained"):  # a remote sandbox: a fresh folder of our own
+        import tempfile
+
+        workdir = tempfile.mkdtemp(prefix="r1kit-")
+        os.chdir(workdir)
+    emit({"ready": True})
     try:
-        for name, content in request.get("files", {}).items():
-            with open(os.path.basename(name), "w") as f:
-                f.write(content)
-        argv = None
+        write_files(request.get("files"))
+        binary_fd = None
         if request["language"] == "cpp":
-            reply["compile"] = compile_cpp(request)
-            if not reply["compile"]["ok"]:
-                return reply
-            argv = [os.path.join(workdir, "solution")]
-        for i in range(len(request["inputs"])):
-            reply["results"].append(run_test(request, i, argv))
+            compiled, binary_fd = compile_cpp(request)
+            emit({"compile": compiled})
+            if not compiled["ok"]:
+                emit({"done": True})
+                return
+        for stdin in request["inputs"]:
+            emit({"result": run_test(request, str(stdin), binary_fd)})
+        emit({"done": True})
     finally:
-        os.chdir("/")
-        if not NAMESPACED:  # in a namespace the tmpfs vanishes with us
+        if workdir:
             import shutil
 
+            os.chdir("/")
             shutil.rmtree(workdir, ignore_errors=True)
-    return reply
 
 
 def main():
-    reply = serve(json.loads(sys.stdin.read()))
-    sys.stdout.write(json.dumps(reply))
-    sys.stdout.flush()
+    request = json.loads(sys.stdin.read())
+    reply = os.fdopen(os.dup(1), "w")
+    devnull = os.open(os.devnull, os.O_RDWR)
+    os.dup2(devnull, 0)
+
+    def emit(line):
+        reply.write(json.dumps(line) + "\n")
+        reply.flush()
+
+    serve(request, emit)
 
 
 if __name__ == "__main__":

@@ -1,11 +1,18 @@
-"""The `local` provider: runs untrusted programs on this machine, isolated, with no account anywhere.
+"""The `local` provider: runs untrusted programs on this machine, in a bubblewrap jail (see `jail.py`), with no
+account anywhere.
 
-Each program gets one fresh interpreter (`_harness.py`, started with `python -I -S` and an environment of only PATH
-and LANG) which runs all its tests, each in its own child process with CPU-time, wall-time, address-space, process,
-open-file and output-size limits. Where the machine allows (root, or unprivileged user namespaces), the harness starts
-in new network, PID and mount namespaces: no network at all, no view of other processes, a private /tmp, and the
-trainer's working directory hidden; as root, test processes also run under an unprivileged uid of their own.
-Elsewhere r1kit warns once that network isolation is off and keeps the resource limits.
+Each program gets a fresh jail and, inside it, one fresh interpreter running r1kit's harness (`_harness.py`), which
+runs every test in its own child with per-test limits and streams one reply line per test. The trainer reads the
+reply and judges the outputs; expected outputs never enter the jail.
+
+Failure policy, by cause: a jail that cannot start (no harness `ready` line) is an infrastructure failure, scored
+`sandbox_error` (the rewards make it `None`, count it and warn). Once the harness said `ready`, only the program can
+make anything fail: a harness it killed, stalled or confused, a reply cut short or malformed, all make the remaining
+tests `runtime_error`, i.e. wrong.
+
+Where no jail can run, the provider refuses to start (`jail.require_jail`), unless it was built with
+`isolate=False` (the recipe key `allow_unsandboxed_code_execution: true`), which runs the harness directly with only
+its resource limits and says so loudly.
 """
 
 from __future__ import annotations
@@ -14,75 +21,98 @@ import json
 import logging
 import os
 import random
-import shutil
 import subprocess
 import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from r1kit.sandbox import SANDBOX_ERROR, Program, TestResult, harness_request, results_from_reply
+from r1kit.sandbox import SANDBOX_ERROR, Program, TestResult, harness_request, parse_reply
+from r1kit.sandbox.jail import LAUNCHER, ROOT_UID_RANGE, bwrap_arguments, find_bwrap, interpreter, require_jail, seccomp_filter
 
 logger = logging.getLogger(__name__)
 
 HARNESS = Path(__file__).with_name("_harness.py")
-SAFE_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
-_NAMESPACE_ARGS: list[str] | None = None
-_NAMESPACE_LOCK = threading.Lock()
+STARTUP_SECONDS = 15.0  # jail + interpreter start, generous for a loaded machine
+COMPILE_SECONDS = 60.0
+_UNSANDBOXED_WARNED = threading.Event()
 
 
-def namespace_prefix() -> list[str]:
-    """The `unshare` command line that isolates a harness here, or [] (with a one-time warning) when none works."""
-    global _NAMESPACE_ARGS
-    with _NAMESPACE_LOCK:
-        if _NAMESPACE_ARGS is not None:
-            return _NAMESPACE_ARGS
-        unshare = shutil.which("unshare")
-        candidates = [[unshare, "--net", "--pid", "--fork", "--mount", "--kill-child"]] if unshare else []
-        if unshare and os.geteuid() != 0:
-            candidates = [[unshare, "--user", "--map-root-user", "--net", "--pid", "--fork", "--mount", "--kill-child"]]
-        _NAMESPACE_ARGS = []
-        for args in candidates:
-            try:
-                if subprocess.run([*args, "true"], capture_output=True, timeout=10).returncode == 0:
-                    _NAMESPACE_ARGS = args
-                    break
-            except (OSError, subprocess.TimeoutExpired):
-                pass
-        if not _NAMESPACE_ARGS:
-            logger.warning(
-                "The local code sandbox cannot create namespaces here (needs root or unprivileged user namespaces): "
-                "network isolation is OFF; programs keep their time, memory, process and output limits."
-            )
-        return _NAMESPACE_ARGS
+def jail_command(tmp_bytes: int, seccomp_fd: int | None, args: list[str]) -> list[str]:
+    """The command that runs the base interpreter with `args` inside a fresh jail: bwrap directly for an ordinary
+    user; for root, the launcher stage first, which drops to a host uid of the jail's own."""
+    bwrap = find_bwrap()
+    executable, prefix = interpreter()
+    if os.geteuid() != 0:
+        return [bwrap, *bwrap_arguments(tmp_bytes, seccomp_fd, prefix), executable, "-I", "-S", *args]
+    bwrap_root = Path(bwrap).parents[2] if Path(bwrap).parent.name == "_bin" else Path(bwrap).parent  # binary + its libs
+    bwrap_in_view = "@bwrap/" + os.path.relpath(bwrap, bwrap_root)
+    uid = random.randrange(*ROOT_UID_RANGE)
+    return [
+        sys.executable, "-I", "-S", str(LAUNCHER), str(uid), f"{prefix}=python", f"{bwrap_root}=bwrap", "--",
+        bwrap_in_view, *bwrap_arguments(tmp_bytes, seccomp_fd, prefix, source_prefix="@python"),
+        executable, "-I", "-S", *args,
+    ]
 
 
-def _hidden_paths() -> list[str]:
-    """Folders a program must not see: the trainer's working directory, unless the interpreter lives inside it."""
-    cwd = os.path.realpath(os.getcwd())
-    base = os.path.realpath(sys.base_prefix)
-    if cwd == "/" or base == cwd or base.startswith(cwd + os.sep):
-        return []
-    return [cwd]
+def _seccomp_fd() -> int | None:
+    program = seccomp_filter()
+    if program is None:
+        return None
+    fd = os.memfd_create("r1kit-seccomp", 0)
+    os.write(fd, program)
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+def run_in_jail(args: list[str], stdin: bytes, timeout: float, tmp_bytes: int = 64 << 20) -> tuple[int, bytes, bytes]:
+    """Runs the base interpreter with `args` in a fresh jail; (exit code, stdout, stderr). Raises
+    subprocess.TimeoutExpired after `timeout` seconds (the jail is killed)."""
+    fd = _seccomp_fd()
+    try:
+        proc = subprocess.Popen(jail_command(tmp_bytes, fd, args), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, pass_fds=[fd] if fd is not None else [], cwd="/",
+                                env={"PATH": "/usr/bin:/bin"})
+    finally:
+        if fd is not None:
+            os.close(fd)
+    try:
+        stdout, stderr = proc.communicate(stdin, timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        proc.kill()
+        e.output, e.stderr = proc.communicate()
+        raise
+    return proc.returncode, stdout, stderr
 
 
 class LocalProvider:
-    """Runs programs on this machine.
+    """Runs programs on this machine, each in its own jail.
 
     Args:
         num_parallel (`int` or `None`, defaults to the number of cores): programs run at once (per process).
-        max_output (`int`, defaults to 16 MiB): bytes of output a test may write.
+        max_output (`int`, defaults to 16 MiB): bytes of stdout (and of stderr) a test may write.
         max_processes (`int`, defaults to `64`): processes a program may have at once.
-        isolate (`bool`, defaults to `True`): use namespaces where possible.
+        tmp_mb (`int`, defaults to `64`): size of the jail's writable /tmp, in MiB; taken out of the program's
+            `memory_mb`, so memory plus files stay within it.
+        isolate (`bool`, defaults to `True`): `False` runs programs without a jail (only resource limits). Never do
+            this with model-written code on a machine you care about.
     """
 
-    def __init__(self, num_parallel: int | None = None, max_output: int = 16 << 20, max_processes: int = 64, isolate: bool = True):
+    def __init__(self, num_parallel: int | None = None, max_output: int = 16 << 20, max_processes: int = 64,
+                 tmp_mb: int = 64, isolate: bool = True):
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
         self.num_parallel = num_parallel or cores
         self.max_output = max_output
         self.max_processes = max_processes
+        self.tmp_mb = tmp_mb
         self.isolate = isolate
         self.sandbox_errors = 0
+        if isolate:
+            require_jail()
+        elif not _UNSANDBOXED_WARNED.is_set():
+            _UNSANDBOXED_WARNED.set()
+            logger.warning("allow_unsandboxed_code_execution is set: model-written programs run WITHOUT a jail, with "
+                           "your user's access to files, network and processes. Only resource limits apply.")
 
     def execute(self, programs: list[Program]) -> list[list[TestResult]]:
         if not programs:
@@ -90,34 +120,40 @@ class LocalProvider:
         with ThreadPoolExecutor(max_workers=max(1, min(self.num_parallel or 1, len(programs)))) as pool:
             return list(pool.map(self._run_program, programs))
 
-    def _command(self) -> tuple[list[str], bool]:
-        prefix = namespace_prefix() if self.isolate else []
-        return [*prefix, sys.executable, "-I", "-S", str(HARNESS)], bool(prefix)
-
-    def _request(self, program: Program, namespaced: bool) -> dict:
-        uid = random.randrange(200_000, 2_000_000) if os.geteuid() == 0 else 0  # a uid of its own (root only)
-        if namespaced and "--user" in namespace_prefix():
-            uid = 0  # inside a user namespace only root is mapped
-        hide = _hidden_paths() if namespaced else []
-        return harness_request(program, uid, self.max_output, self.max_processes, hide)
+    def _request(self, program: Program) -> dict:
+        tmp_mb = min(self.tmp_mb, max(8, program.memory_mb // 4))
+        request = harness_request(program, self.max_output, self.max_processes)
+        request["memory_mb"] = max(16, program.memory_mb - tmp_mb) if self.isolate else program.memory_mb
+        request["contained"] = self.isolate
+        return request
 
     def _run_program(self, program: Program) -> list[TestResult]:
         if not program.inputs:
             return []
-        cmd, namespaced = self._command()
-        env = {**SAFE_ENV, "R1KIT_SANDBOX_NAMESPACED": "1" if namespaced else ""}
-        request = self._request(program, namespaced)
-        budget = 60 + len(program.inputs) * (program.time_limit + 2)  # compile + every test at its limit
+        request = self._request(program)
+        budget = STARTUP_SECONDS + (COMPILE_SECONDS if program.language == "cpp" else 0)
+        budget += len(program.inputs) * (program.time_limit + 1.0)
+        stdin = json.dumps(request).encode()
         try:
-            proc = subprocess.run(
-                cmd, input=json.dumps(request), capture_output=True, text=True, env=env, cwd="/", timeout=budget
-            )
-            return results_from_reply(program, json.loads(proc.stdout))
-        except (OSError, ValueError, KeyError, TypeError, subprocess.TimeoutExpired) as e:
-            stderr = getattr(e, "stderr", None) or (proc.stderr if "proc" in locals() else "")
-            return self._failed(program, f"sandbox failed: {e}; {str(stderr)[-500:]}")
+            if self.isolate:
+                tmp_bytes = (program.memory_mb - request["memory_mb"]) << 20
+                code, stdout, stderr = run_in_jail(["-c", HARNESS.read_text()], stdin, budget, tmp_bytes)
+            else:
+                proc = subprocess.run([sys.executable, "-I", "-S", "-c", HARNESS.read_text()], input=stdin,
+                                      capture_output=True, timeout=budget, cwd="/",
+                                      env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"})
+                code, stdout, stderr = proc.returncode, proc.stdout, proc.stderr
+        except subprocess.TimeoutExpired as e:  # stalled: decided by whether the harness got ready
+            code, stdout, stderr = None, e.output or b"", e.stderr or b""
+        except OSError as e:
+            return self._failed(program, f"could not start the jail: {e}")
+        try:
+            return parse_reply(program, stdout.decode("utf-8", "replace").splitlines())
+        except ValueError:  # no `ready`: the jail or the harness never started
+            why = stderr.decode("utf-8", "replace").strip()[-500:] or f"exit code {code}"
+            return self._failed(program, f"the jail did not start: {why}")
 
     def _failed(self, program: Program, why: str) -> list[TestResult]:
         self.sandbox_errors += 1
-        logger.warning("Local sandbox error: %s", why)
+        logger.warning("Local sandbox error (infrastructure, scored None): %s", why)
         return [TestResult(SANDBOX_ERROR, stderr=why) for _ in program.inputs]

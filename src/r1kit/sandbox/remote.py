@@ -34,7 +34,7 @@ from r1kit.sandbox import (
     TestResult,
     harness_request,
     judge,
-    results_from_reply,
+    parse_reply,
 )
 
 logger = logging.getLogger(__name__)
@@ -160,20 +160,14 @@ _GUARD = 'if __name__ == "__main__":\n    main()\n'
 
 
 def remote_script(program: Program) -> str:
-    """A self-contained Python script that runs `program`'s tests with r1kit's harness and prints the JSON reply as
-    its last line of stdout."""
+    """A self-contained Python script that runs `program`'s tests with r1kit's harness and prints its reply lines
+    (see `_harness.py`) on stdout."""
     source = (Path(__file__).with_name("_harness.py")).read_text()
     assert source.endswith(_GUARD), "the harness must end with its main guard"
     request = harness_request(program)
-    return source[: -len(_GUARD)] + f"\nprint(json.dumps(serve(json.loads({json.dumps(request)!r}))))\n"
-
-
-def reply_from_stdout(stdout: str) -> dict:
-    """The harness reply: the last line of stdout that is a JSON object."""
-    for line in reversed(stdout.strip().splitlines()):
-        if line.startswith("{"):
-            return json.loads(line)
-    raise ValueError("no harness reply in the sandbox output")
+    return source[: -len(_GUARD)] + (
+        f"\nserve(json.loads({json.dumps(request)!r}), lambda line: print(json.dumps(line), flush=True))\n"
+    )
 
 
 class _ScriptProvider:
@@ -209,14 +203,11 @@ class _ScriptProvider:
             if isinstance(stdout, Exception):
                 out.append(_failed(program, f"{self.name}: {stdout}"))
                 continue
-            try:
-                out.append(results_from_reply(program, reply_from_stdout(stdout)))
-            except (ValueError, KeyError, TypeError) as e:
-                out.append(_failed(program, f"{self.name}: unreadable reply ({e})"))
+            try:  # after the harness's `ready`, a reply cut short is the program's doing (wrong), not the sandbox's
+                out.append(parse_reply(program, stdout.splitlines()))
+            except ValueError as e:
+                out.append(_failed(program, f"{self.name}: no reply from the harness ({e})"))
         return out
-
-    def _script_timeout(self) -> float:
-        return self.timeout
 
     def _via_router(self, scripts: list[str]) -> list[str | Exception]:
         url = self.router_url if "://" in self.router_url else f"http://{self.router_url}"

