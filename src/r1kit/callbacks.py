@@ -22,6 +22,10 @@ from transformers.trainer_callback import ProgressCallback
 
 logger = logging.getLogger(__name__)
 
+# The Slurm job script `benchmark_launcher: slurm` submits; it ships inside the package (slurm/evaluate.slurm in a
+# checkout links to it), so an installed r1kit finds it too.
+EVALUATE_SLURM = Path(__file__).parent / "slurm" / "evaluate.slurm"
+
 
 class HeldOutAccuracyCallback(TrainerCallback):
     """Greedy held-out accuracy before, during and after training (main process only)."""
@@ -198,8 +202,7 @@ class EvaluateBenchmarksCallback(TrainerCallback):
         if self.system_prompt:
             cmd += ["--system-prompt", self.system_prompt]
         if self.launcher == "slurm":
-            script = Path(__file__).resolve().parents[2] / "slurm" / "evaluate.slurm"
-            return ["sbatch", "--wait", f"--output={out}.slurm.log", str(script), *cmd[3:]]
+            return ["sbatch", "--wait", f"--output={out}.slurm.log", str(EVALUATE_SLURM), *cmd[3:]]
         return cmd
 
     def launch(self, model_dir: Path, label: str, step: int):
