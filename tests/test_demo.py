@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from r1kit.cli import main
 from r1kit.modeling import DEMO_MODEL
 from r1kit.tasks import addition_problems, worked_solution
@@ -38,7 +40,7 @@ def test_shipped_checkpoint_scores_what_its_cold_start_reported():
     accuracy, details = greedy_accuracy(
         model, AutoTokenizer.from_pretrained(DEMO_MODEL), [r["prompt"] for r in problems], [r["solution"] for r in problems]
     )
-    assert accuracy == reported
+    assert accuracy == pytest.approx(reported, abs=1 / len(problems) + 1e-9)  # other CPU kernels can flip one problem
     assert 0.2 <= accuracy <= 0.6  # modest on purpose: GRPO has room to improve it
     assert details[0]["completion"].startswith("<think>")
 

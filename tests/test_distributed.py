@@ -24,9 +24,11 @@ def test_two_ranks_train_together_and_write_one_checkpoint(tmp_path, tiny_model_
                          per_device_train_batch_size=4, num_generations=4)
     path = write_recipe(tmp_path, **recipe)
     torchrun = shutil.which("torchrun") or str(Path(sys.executable).with_name("torchrun"))
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO), "MASTER_PORT": "29533"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    env.pop("MASTER_PORT", None)
+    # --standalone: a rendezvous on a free local port, so runs side by side (or a busy port) cannot collide.
     result = subprocess.run(
-        [torchrun, "--nproc_per_node", "2", "--master_port", "29533", "-m", "r1kit.grpo", "--config", str(path)],
+        [torchrun, "--standalone", "--nproc_per_node", "2", "-m", "r1kit.grpo", "--config", str(path)],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=600,
     )
     log = result.stdout + result.stderr
