@@ -2,32 +2,19 @@
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import sys
-import threading
-import time
-import uuid
-
 import pytest
 
 from r1kit.configs import GRPOScriptArguments
 from r1kit.rewards import get_reward_funcs
 from r1kit.sandbox import (
-    MEMORY_LIMIT,
-    PASSED,
-    RUNTIME_ERROR,
     SANDBOX_ERROR,
-    TIME_LIMIT,
-    WRONG_ANSWER,
-    Program,
     get_provider,
     outputs_match,
 )
-from r1kit.sandbox.local import namespace_prefix
+from r1kit.sandbox.jail import probe
 
-ISOLATED = bool(namespace_prefix())
+ISOLATED = probe() is None
+pytestmark = pytest.mark.skipif(not ISOLATED, reason=f"no jail here: {probe()}")
 
 # (name, tests [(stdin, expected stdout)], {kind: python code}); kinds: correct, wrong, crash, slow, loop
 PROBLEMS = [
@@ -131,7 +118,7 @@ def test_zero_tests_is_none_and_missing_code_is_zero():
 def test_sandbox_failure_is_none_not_zero(monkeypatch):
     from r1kit.sandbox import local
 
-    monkeypatch.setattr(local, "HARNESS", local.HARNESS.with_name("missing_harness.py"))
+    monkeypatch.setattr(local, "find_bwrap", lambda: "/nonexistent/bwrap")  # the jail cannot start: infrastructure
     logged = {}
     out = reward("code")(
         [completion("print(1)", "python")], verification_info=[{"test_cases": [{"input": "", "output": "1"}]}],
@@ -197,113 +184,7 @@ def test_ioi_subtask_is_the_minimum_over_its_tests():
     assert out == [1.0, 0.0, 0.0]
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# Containment: each hostile program leaves the test process and the machine unharmed, scores 0, and ends in time.
-# --------------------------------------------------------------------------------------------------------------------
-def run_one(code: str, time_limit=2.0, memory_mb=256, tests=1, **kw):
-    provider = get_provider("local", num_parallel=1, **kw)
-    start = time.monotonic()
-    (results,) = provider.execute([Program(code, inputs=[""] * tests, expected=["ok"] * tests, time_limit=time_limit, memory_mb=memory_mb)])
-    return results, time.monotonic() - start
-
-
-def test_fork_bomb_is_contained():
-    code = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass"
-    results, elapsed = run_one(code, time_limit=2.0)
-    assert results[0].status in (TIME_LIMIT, RUNTIME_ERROR) and elapsed < 30
-    time.sleep(0.5)
-    leftover = subprocess.run(["pgrep", "-f", "r1kit/sandbox/_harness.py"], capture_output=True, text=True).stdout
-    assert leftover.strip() == ""
-
-
-def test_memory_bomb_is_contained():
-    results, elapsed = run_one("x = []\nwhile True:\n    x.append(bytearray(10**7))", memory_mb=256)
-    assert results[0].status == MEMORY_LIMIT and elapsed < 30
-
-
-def test_infinite_loop_stops_at_the_limit():
-    results, elapsed = run_one("while True:\n    pass", time_limit=1.0)
-    assert results[0].status == TIME_LIMIT and elapsed < 10
-
-
-def test_a_gigabyte_of_output_is_cut_short():
-    code = "import sys\nchunk = 'x' * 1_000_000\nfor _ in range(1000):\n    sys.stdout.write(chunk)"
-    results, elapsed = run_one(code, time_limit=20.0, max_output=1 << 20)
-    assert results[0].status == RUNTIME_ERROR and len(results[0].stdout) <= 1 << 20 and elapsed < 30
-
-
-def test_parent_environment_secrets_are_invisible(monkeypatch):
-    monkeypatch.setenv("R1KIT_TEST_SECRET", "s3cr3t-value")
-    code = (
-        "import os\nprint(os.environ.get('R1KIT_TEST_SECRET'))\n"
-        f"try:\n    print(open('/proc/{os.getpid()}/environ', 'rb').read())\nexcept Exception as e:\n    print(type(e).__name__)"
-    )
-    (result,), _ = run_one(code)
-    assert "s3cr3t" not in result.stdout and result.stdout.startswith("None")
-
-
-@pytest.mark.skipif(not ISOLATED, reason="network isolation needs namespaces")
-def test_no_network_even_to_localhost():
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(1)
-    server.settimeout(5)
-    port = server.getsockname()[1]
-    connections = []
-    thread = threading.Thread(target=lambda: _accept(server, connections))
-    thread.start()
-    code = f"import socket\ns = socket.create_connection(('127.0.0.1', {port}), timeout=2)\ns.sendall(b'hi')\nprint('ok')"
-    (result,), _ = run_one(code)
-    thread.join()
-    server.close()
-    assert connections == [] and result.status == RUNTIME_ERROR
-
-
-def _accept(server, connections):
-    try:
-        connections.append(server.accept())
-    except OSError:
-        pass
-
-
-def test_writes_outside_the_working_directory_do_not_land(tmp_path):
-    escape_tmp = f"/tmp/r1kit-escape-{uuid.uuid4().hex}"
-    escape_cwd = os.path.join(os.getcwd(), f"r1kit-escape-{uuid.uuid4().hex}")
-    code = "\n".join(
-        f"try:\n    open({path!r}, 'w').write('x')\n    print('wrote')\nexcept Exception as e:\n    print(type(e).__name__)"
-        for path in (escape_tmp, escape_cwd)
-    )
-    (result,), _ = run_one(code)
-    assert not os.path.exists(escape_tmp) and not os.path.exists(escape_cwd)
-    assert result.status != PASSED
-
-
-def test_signalling_the_parent_harms_nothing():
-    code = (
-        "import os, signal\n"
-        "for target in (os.getppid(), -1, 1, " + str(os.getpid()) + "):\n"
-        "    try:\n        os.kill(target, signal.SIGKILL)\n    except Exception:\n        pass\n"
-        "print('still here')"
-    )
-    results, _ = run_one(code, tests=2)
-    assert len(results) == 2 and all(r.status in (WRONG_ANSWER, RUNTIME_ERROR) for r in results)  # the harness survived
-    # and so did this process (we are running this line)
-
-
 def test_provider_names():
     with pytest.raises(ValueError, match="unknown code provider"):
         get_provider("nope")
     assert SANDBOX_ERROR == "sandbox_error"
-
-
-def test_program_sees_a_clean_environment_and_no_trainer_files():
-    code = "import os\nprint(sorted(k for k in os.environ if k not in ('PATH', 'LANG', 'LC_ALL')))\nprint(os.path.exists('pyproject.toml'))"
-    (result,), _ = run_one(code)
-    assert result.stdout.splitlines()[0] == "[]"
-    assert sys.platform != "linux" or result.stdout.splitlines()[1] == "False" or not ISOLATED
-
-
-def test_standard_library_imports_work_for_the_unprivileged_test_uid():
-    code = "import typing, heapq, fractions, textwrap, decimal, collections, json, re, string\nprint(textwrap.shorten('a b c', 5))"
-    (result,), _ = run_one(code)
-    assert result.stdout.strip() == "a b c", result.stderr

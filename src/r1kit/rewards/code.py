@@ -14,7 +14,7 @@ from typing import Any
 
 from r1kit.rewards._text import per_sample, texts
 from r1kit.rewards.format import fenced_blocks
-from r1kit.sandbox import COMPILE_ERROR, SANDBOX_ERROR, Program, TestResult, get_provider
+from r1kit.sandbox import COMPILE_ERROR, LANGUAGES, SANDBOX_ERROR, Program, TestResult, get_provider
 
 logger = logging.getLogger(__name__)
 
@@ -40,10 +40,108 @@ def _indexed_blocks(text: str, name: str) -> list[tuple[int, str]]:
     return found
 
 
-def _as_dict(value: Any) -> dict:
+class BadRow(ValueError):
+    """A dataset row the reward cannot judge; the message names the problem."""
+
+
+def _as_dict(value: Any, column: str = "verification_info") -> dict:
     if isinstance(value, str):
-        return json.loads(value)
-    return dict(value or {})
+        try:
+            value = json.loads(value)
+        except ValueError:
+            raise BadRow(f"{column} is a string that is not JSON") from None
+    if not isinstance(value, dict):
+        raise BadRow(f"{column} must be a mapping (or a JSON object), got {type(value).__name__}")
+    return value
+
+
+def _text_field(case: Any, key: str, where: str) -> str:
+    """A test's input or output: a string (numbers are taken as their text); missing or None is a bad row, never
+    "empty"."""
+    if not isinstance(case, dict):
+        raise BadRow(f"{where} must be a mapping with 'input' and 'output', got {type(case).__name__}")
+    value = case.get(key)
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise BadRow(f"{where} has no usable {key!r} (got {type(value).__name__})")
+    return str(value)
+
+
+def _positive(value: Any, name: str, default: float) -> float:
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or value != value:
+        raise BadRow(f"{name} must be a positive number, got {value!r}")
+    return float(value)
+
+
+def _language(value: Any, default: str) -> str:
+    language = normalise_language(value if isinstance(value, str) else None, default)
+    if value is not None and not isinstance(value, str) or language not in LANGUAGES:
+        raise BadRow(f"unknown language {value!r}; supported: {', '.join(LANGUAGES)}")
+    return language
+
+
+def test_cases_program(info: Any, text: str, default_language: str) -> Program:
+    """The program a `verification_info` row asks for (Open-R1's schema: language, test_cases [{input, output,
+    type}], optional time_limit and memory_limit), with the completion's code. Raises BadRow for a row that cannot
+    be judged."""
+    info = _as_dict(info)
+    language = _language(info.get("language"), default_language)
+    cases = info.get("test_cases")
+    if not isinstance(cases, list) or not cases:
+        raise BadRow("verification_info has no test_cases list")
+    for i, case in enumerate(cases):
+        if isinstance(case, dict) and case.get("type", "stdin_stdout") != "stdin_stdout":
+            raise BadRow(f"test case {i} has type {case.get('type')!r}; only stdin_stdout runs")
+    return Program(
+        code=extract_code(text, language), language=language,
+        inputs=[_text_field(c, "input", f"test case {i}") for i, c in enumerate(cases)],
+        expected=[_text_field(c, "output", f"test case {i}") for i, c in enumerate(cases)],
+        time_limit=_positive(info.get("time_limit"), "time_limit", 5.0),
+        memory_mb=int(_positive(info.get("memory_limit"), "memory_limit", 512)),
+    )
+
+
+class RowWarnings:
+    """Counts rows a reward could not judge and names each distinct problem once in a warning."""
+
+    def __init__(self, reward: str):
+        self.reward = reward
+        self.seen: set[str] = set()
+
+    def bad(self, index: int, row: dict, problem: str) -> None:
+        if problem not in self.seen:
+            self.seen.add(problem)
+            ident = next((f" ({k} {row[k]!r})" for k in ("id", "problem_id", "name") if isinstance(row, dict) and k in row), "")
+            logger.warning("%s: row at batch position %d%s cannot be judged and scores None: %s. Fix the dataset row.",
+                           self.reward, index, ident, problem)
+
+
+def check_code_rows(reward_names: list[str], dataset, default_language: str = "python") -> None:
+    """Before training: every language a dataset declares must be one the sandbox runs (an error naming the rows),
+    and malformed rows are counted in one warning (they will score None)."""
+    names = set(reward_names)
+    if not names & {"code", "binary_code", "cf_code"}:
+        return
+    unknown, bad = {}, []
+    for index, row in enumerate(dataset):
+        try:
+            if names & {"code", "binary_code"} and "verification_info" in row:
+                test_cases_program(row["verification_info"], "", default_language)
+            if "cf_code" in names and row.get("language") is not None:
+                _language(row["language"], default_language)
+        except BadRow as e:
+            if "unknown language" in str(e):
+                unknown.setdefault(str(e), []).append(index)
+            else:
+                bad.append((index, str(e)))
+    if unknown:
+        problem, rows = next(iter(unknown.items()))
+        raise ValueError(f"dataset: {problem} (rows {rows[:5]}{' ...' if len(rows) > 5 else ''}); remove those rows or "
+                         "convert them to a supported language")
+    if bad:
+        logger.warning("dataset: %d row(s) cannot be judged by the code rewards and will score None; first: row %d: %s",
+                       len(bad), *bad[0])
 
 
 def make_provider(script_args: Any):
@@ -55,47 +153,41 @@ def make_provider(script_args: Any):
     return get_provider(script_args.code_provider, **options)
 
 
-def _count_errors(log_metric, name: str, count: int) -> None:
+def _count_errors(log_metric, name: str, count: int, bad_rows: int = 0) -> None:
+    """Logs `rewards/<name>/sandbox_errors` (infrastructure failures) and `rewards/<name>/bad_rows` (rows that cannot
+    be judged); both score None."""
     if log_metric is not None:
         log_metric(f"rewards/{name}/sandbox_errors", float(count))
+        log_metric(f"rewards/{name}/bad_rows", float(bad_rows))
     if count:
-        logger.warning("%s: %d sample(s) could not be judged (sandbox error); scored None.", name, count)
+        logger.warning("%s: %d sample(s) could not be judged (sandbox failure); scored None.", name, count)
 
 
 # --------------------------------------------------------------------------------------------------------------------
 # code / binary_code
 # --------------------------------------------------------------------------------------------------------------------
-def _test_programs(completions, verification_info, default_language: str) -> list[Program | None]:
-    """One program per sample, or None when the sample has no test case."""
+def _test_programs(completions, verification_info, default_language: str, rows: RowWarnings) -> list[Program | None]:
+    """One program per sample, or None when its row cannot be judged (warned once per problem)."""
     programs: list[Program | None] = []
-    for text, info in zip(texts(completions), per_sample(verification_info, len(completions))):
-        info = _as_dict(info)
-        language = normalise_language(info.get("language"), default_language)
-        cases = [c for c in info.get("test_cases") or [] if c.get("type", "stdin_stdout") == "stdin_stdout"]
-        if not cases:
+    for index, (text, info) in enumerate(zip(texts(completions), per_sample(verification_info, len(completions)))):
+        try:
+            programs.append(test_cases_program(info, text, default_language))
+        except BadRow as e:
+            rows.bad(index, info, str(e))
             programs.append(None)
-            continue
-        programs.append(
-            Program(
-                code=extract_code(text, language),
-                language=language,
-                inputs=[str(c.get("input", "")) for c in cases],
-                expected=[str(c.get("output", "")) for c in cases],
-                time_limit=float(info.get("time_limit", 5.0)),
-                memory_mb=int(info.get("memory_limit", 512)),
-            )
-        )
     return programs
 
 
 def _pass_fractions(provider, programs: list[Program | None]) -> tuple[list[float | None], int]:
+    """Fraction of tests passed per program; None for a row that cannot be judged or a sandbox failure (the count
+    of those is returned); 0.0 for an answer without code."""
     runnable = [p for p in programs if p is not None and p.code.strip()]
     results = iter(provider.execute(runnable))
     fractions: list[float | None] = []
     errors = 0
     for program in programs:
         if program is None:
-            fractions.append(None)  # no test case: nothing to judge
+            fractions.append(None)
         elif not program.code.strip():
             fractions.append(0.0)  # no code in the answer: fails every test
         else:
@@ -108,26 +200,32 @@ def _pass_fractions(provider, programs: list[Program | None]) -> tuple[list[floa
     return fractions, errors
 
 
-def make_code_reward(script_args: Any, training_args: Any = None) -> Callable:
+def _make_test_case_reward(name: str, script_args: Any, binary: bool) -> Callable:
     provider = make_provider(script_args)
+    rows = RowWarnings(name)
 
-    def code_reward(completions, verification_info=None, log_metric=None, **kwargs) -> list[float | None]:
-        fractions, errors = _pass_fractions(provider, _test_programs(completions, verification_info, script_args.code_language))
-        _count_errors(log_metric, "code", errors)
+    def reward(completions, verification_info=None, log_metric=None, **kwargs) -> list[float | None]:
+        programs = _test_programs(completions, verification_info, script_args.code_language, rows)
+        fractions, errors = _pass_fractions(provider, programs)
+        _count_errors(log_metric, name, errors, sum(p is None for p in programs))
+        if binary:
+            return [None if f is None else float(f > 0.99) for f in fractions]
         return fractions
 
-    return code_reward
+    reward.__name__ = f"{name}_reward"
+    return reward
+
+
+def make_code_reward(script_args: Any, training_args: Any = None) -> Callable:
+    """`code`: the fraction of a row's test cases (`verification_info`) the answer's last fenced block passes,
+    run in the sandbox and compared whole (a missing line is wrong). None for a row that cannot be judged or a sandbox
+    failure, both counted in `rewards/code/sandbox_errors`."""
+    return _make_test_case_reward("code", script_args, binary=False)
 
 
 def make_binary_code_reward(script_args: Any, training_args: Any = None) -> Callable:
-    provider = make_provider(script_args)
-
-    def binary_code_reward(completions, verification_info=None, log_metric=None, **kwargs) -> list[float | None]:
-        fractions, errors = _pass_fractions(provider, _test_programs(completions, verification_info, script_args.code_language))
-        _count_errors(log_metric, "binary_code", errors)
-        return [None if f is None else float(f > 0.99) for f in fractions]
-
-    return binary_code_reward
+    """`binary_code`: 1.0 when every test case passes, else 0.0; None as for `code`."""
+    return _make_test_case_reward("binary_code", script_args, binary=True)
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -194,54 +292,72 @@ def _rows(columns: dict, n: int) -> list[dict]:
 # ioi_code
 # --------------------------------------------------------------------------------------------------------------------
 def _ioi_cases(row: dict) -> list[tuple[str, str]]:
-    cases = row.get("test_cases") or {}
+    """(input, output) pairs of an IOI row's `test_cases` (a dict by test name, ordered by `test_names`, or a list of
+    dicts or pairs). Raises BadRow."""
+    cases = row.get("test_cases")
     names = row.get("test_names") or []
     if isinstance(cases, dict):
+        missing = [n for n in names if n not in cases]
+        if missing:
+            raise BadRow(f"test_names {missing[:3]} are not in test_cases")
         ordered = [cases[n] for n in names] if names else list(cases.values())
+    elif isinstance(cases, list):
+        ordered = cases
     else:
-        ordered = list(cases)
+        raise BadRow("ioi row has no test_cases")
     out = []
-    for case in ordered:
-        if isinstance(case, dict):
-            out.append((str(case.get("input", "")), str(case.get("output", ""))))
-        else:
-            out.append((str(case[0]), str(case[1])))
+    for i, case in enumerate(ordered):
+        if isinstance(case, (list, tuple)) and len(case) == 2:
+            case = {"input": case[0], "output": case[1]}
+        out.append((_text_field(case, "input", f"test {i}"), _text_field(case, "output", f"test {i}")))
+    if not out:
+        raise BadRow("ioi row has no test cases")
     return out
 
 
+def _grader_files(row: dict) -> dict[str, str]:
+    files = row.get("grader_files") or []
+    try:
+        return {str(name): str(content) for name, content in files if content}
+    except (TypeError, ValueError):
+        raise BadRow("grader_files must be a list of (name, content) pairs") from None
+
+
 def make_ioi_code_reward(script_args: Any, training_args: Any = None) -> Callable:
-    """IOI subtask score (Open-R1's rule): the minimum over the subtask's tests, 1.0 for a passed test, else 0.0."""
+    """`ioi_code`: IOI subtask score (Open-R1's rule): the minimum over the subtask's tests, 1.0 for a passed test,
+    else 0.0. None for a row that cannot be judged or a sandbox failure."""
     if script_args.ioi_provider == "local":
         provider = get_provider("local", num_parallel=script_args.parallel_code_exec_per_proc)
     else:
         provider = get_provider(script_args.ioi_provider)
+    warnings = RowWarnings("ioi_code")
 
     def ioi_code_reward(completions, log_metric=None, **columns) -> list[float | None]:
         rows = _rows(columns, len(completions))
         rewards: list[float | None] = []
-        errors = 0
-        for text, row in zip(texts(completions), rows):
+        errors = bad = 0
+        for index, (text, row) in enumerate(zip(texts(completions), rows)):
             try:
                 cases = _ioi_cases(row)
-            except (KeyError, IndexError, TypeError, ValueError):  # malformed test cases: cannot judge
-                cases = []
-            if not cases:
+                base = Program(code="", language="cpp", time_limit=_positive(row.get("time_limit"), "time_limit", 2.0),
+                               memory_mb=int(_positive(row.get("memory_limit"), "memory_limit", 512)),
+                               files=_grader_files(row))
+            except BadRow as e:
+                warnings.bad(index, row, str(e))
+                bad += 1
                 rewards.append(None)
                 continue
-            code = extract_code(text, "cpp")
-            if not code.strip():
+            base.code = extract_code(text, "cpp")
+            if not base.code.strip():
                 rewards.append(0.0)
                 continue
-            grader_files = {name: content for name, content in (row.get("grader_files") or []) if content}
-            base = Program(code=code, language="cpp", time_limit=float(row.get("time_limit") or 2.0),
-                           memory_mb=int(row.get("memory_limit") or 512), files=grader_files)
             results = run_in_batches(provider, base, cases, script_args.code_eval_test_batch_size, stop_on_failure=True)
             if any(r.status == SANDBOX_ERROR for r in results):
                 errors += 1
                 rewards.append(None)
             else:
                 rewards.append(float(len(results) == len(cases) and all(r.passed for r in results)))
-        _count_errors(log_metric, "ioi_code", errors)
+        _count_errors(log_metric, "ioi_code", errors, bad)
         return rewards
 
     return ioi_code_reward
@@ -266,32 +382,47 @@ def cf_score(passed: int, total: int, mode: str) -> float:
 NO_COMPILE_REWARD, NO_SUBMISSION_REWARD = -0.1, -1.0
 
 
+def _cf_cases(row: dict) -> list[tuple[str, str]]:
+    tests = row.get("official_tests")
+    if not isinstance(tests, list) or not tests:
+        raise BadRow("official_tests is empty or not a list")
+    return [(_text_field(t, "input", f"official test {i}"), _text_field(t, "output", f"official test {i}"))
+            for i, t in enumerate(tests)]
+
+
 def make_cf_code_reward(script_args: Any, training_args: Any = None) -> Callable:
+    """`cf_code`: Codeforces score (`code_eval_scoring_mode`: pass_fail, partial or weighted_sum), with the row's
+    checker program when it has one; -0.1 for a compile error, -1.0 for no code; None for a row that cannot be judged
+    or a sandbox failure."""
     provider = make_provider(script_args)
     mode = script_args.code_eval_scoring_mode
     cf_score(1, 1, mode)  # fail at start-up on a bad mode
+    warnings = RowWarnings("cf_code")
 
     def cf_code_reward(completions, log_metric=None, **columns) -> list[float | None]:
         rows = _rows(columns, len(completions))
         rewards: list[float | None] = []
-        errors = 0
-        for text, row in zip(texts(completions), rows):
-            tests = row.get("official_tests") or []
-            cases = [(str(t.get("input", "")), str(t.get("output", ""))) for t in tests]
-            if not cases:
+        errors = bad = 0
+        for index, (text, row) in enumerate(zip(texts(completions), rows)):
+            try:
+                cases = _cf_cases(row)
+                language = _language(row.get("language"), script_args.code_language)
+                base = Program(code="", language=language, time_limit=_positive(row.get("time_limit"), "time_limit", 2.0),
+                               memory_mb=int(_positive(row.get("memory_limit"), "memory_limit", 256)))
+                checker = row.get("generated_checker") or None
+                if checker is not None and not isinstance(checker, str):
+                    raise BadRow("generated_checker must be Python source text")
+            except BadRow as e:
+                warnings.bad(index, row, str(e))
+                bad += 1
                 rewards.append(None)
                 continue
-            language = normalise_language(row.get("language"), script_args.code_language)
-            code = extract_code(text, language)
-            if not code.strip():
+            base.code = extract_code(text, language)
+            if not base.code.strip():
                 rewards.append(NO_SUBMISSION_REWARD)
                 continue
-            base = Program(code=code, language=language, time_limit=float(row.get("time_limit") or 2.0),
-                           memory_mb=int(row.get("memory_limit") or 256))
-            results = run_in_batches(
-                provider, base, cases, script_args.code_eval_test_batch_size,
-                stop_on_failure=mode == "pass_fail", checker=row.get("generated_checker") or None,
-            )
+            results = run_in_batches(provider, base, cases, script_args.code_eval_test_batch_size,
+                                     stop_on_failure=mode == "pass_fail", checker=checker)
             if any(r.status == SANDBOX_ERROR for r in results):
                 errors += 1
                 rewards.append(None)
@@ -299,7 +430,7 @@ def make_cf_code_reward(script_args: Any, training_args: Any = None) -> Callable
                 rewards.append(NO_COMPILE_REWARD)
             else:
                 rewards.append(cf_score(sum(r.passed for r in results), len(cases), mode))
-        _count_errors(log_metric, "cf_code", errors)
+        _count_errors(log_metric, "cf_code", errors, bad)
         return rewards
 
     return cf_code_reward
