@@ -35,8 +35,16 @@ def test_unknown_command_exits_2(capsys):
     assert "unknown command 'trian'" in capsys.readouterr().err
 
 
+def config_only_model(folder):
+    """A model folder that passes the pre-load path check but could not be loaded: proof that a dry run loads none."""
+    model = folder / "config-only-model"
+    model.mkdir(exist_ok=True)
+    (model / "config.json").write_text("{}")
+    return model
+
+
 def test_dry_run_checks_local_columns_without_loading_a_model(tmp_path, math_jsonl, capsys):
-    recipe = tiny_recipe(tmp_path / "no-model-here", math_jsonl, tmp_path / "out")
+    recipe = tiny_recipe(config_only_model(tmp_path), math_jsonl, tmp_path / "out")
     path = write_recipe(tmp_path, **recipe)
     assert main(["grpo", "--config", str(path), "--dry-run"]) == 0
     out = capsys.readouterr().out
@@ -49,7 +57,8 @@ def test_dry_run_checks_local_columns_without_loading_a_model(tmp_path, math_jso
 
 def test_dry_run_world_size_option(tmp_path, math_jsonl, capsys, monkeypatch):
     monkeypatch.delenv("R1KIT_CHECK_WORLD_SIZE", raising=False)
-    recipe = tiny_recipe(tmp_path, math_jsonl, tmp_path / "out", num_generations=14, per_device_train_batch_size=16)
+    recipe = tiny_recipe(config_only_model(tmp_path), math_jsonl, tmp_path / "out", num_generations=14,
+                         per_device_train_batch_size=16)
     path = write_recipe(tmp_path, **recipe)
     assert main(["grpo", "--config", str(path), "--dry-run"]) == 2
     assert "Valid num_generations for this world size: 2, 4, 8, 16" in capsys.readouterr().err

@@ -188,6 +188,9 @@ def test_lora_run_saves_an_adapter(tmp_path, tiny_model_dir, math_jsonl):
 def test_missing_reward_column_fails_before_the_model_loads(tmp_path, math_jsonl):
     from r1kit.configs import ConfigError
 
-    recipe = tiny_recipe(tmp_path / "no-model-here", math_jsonl, tmp_path / "out", reward_funcs=["code"])
+    model = tmp_path / "config-only-model"  # passes the path check, but could not be loaded
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    recipe = tiny_recipe(model, math_jsonl, tmp_path / "out", reward_funcs=["code"])
     with pytest.raises(ConfigError, match="reward 'code' needs column"):
         run_recipe(tmp_path, recipe)

@@ -1,7 +1,14 @@
-"""The `r1kit` command. Sub-commands import their heavy modules only when run, so `r1kit --help` is instant."""
+"""The `r1kit` command. Sub-commands import their heavy modules only when run, so `r1kit --help` is instant.
+
+Every configuration or input error (a `ConfigError`, raised before anything loads wherever possible) reaches the user
+as one `r1kit: error: ...` line naming the field and what to change, with exit code 2; any other exception is a bug
+of ours and keeps its traceback.
+"""
 
 from __future__ import annotations
 
+import argparse
+import functools
 import sys
 
 USAGE = """usage: r1kit <command> [options]
@@ -18,6 +25,49 @@ Run `r1kit <command> --help` for a command's options.
 """
 
 
+def error(message: str) -> int:
+    """Prints the one-line error every r1kit command uses; returns the exit code 2."""
+    print(f"r1kit: error: {' '.join(str(message).split())}", file=sys.stderr)
+    return 2
+
+
+def one_line_errors(command):
+    """Wraps a command so that a `ConfigError` becomes `error(...)`, however the command is reached (`r1kit X`,
+    `python -m r1kit.grpo`, torchrun, the evaluation subprocess); other exceptions keep their traceback."""
+
+    @functools.wraps(command)
+    def run(argv: list[str]) -> int:
+        try:
+            return command(argv)
+        except Exception as e:
+            # ConfigError lives in r1kit.configs, which imports TRL: when it was never imported, none was raised.
+            configs = sys.modules.get("r1kit.configs")
+            if configs is None or not isinstance(e, configs.ConfigError):
+                raise  # a bug of ours: keep the traceback
+            return error(str(e))
+
+    return run
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse with r1kit's error shape: one line naming the option, instead of the usage and a second line."""
+
+    def error(self, message: str):
+        from r1kit.configs import ConfigError
+
+        raise ConfigError(f"{message} (see {self.prog} --help)")
+
+
+def quiet_upstream_warnings() -> None:
+    """Hides the one deprecation notice a run cannot act on: TRL 1.16 reads transformers' deprecated
+    `is_gradient_checkpointing` at every generation. (The one r1kit caused, `gradient_checkpointing`, is fixed at the
+    source: see `configs.apply_machine_defaults`.) Every other warning stays visible."""
+    import warnings
+
+    warnings.filterwarnings("ignore", message=r"`is_gradient_checkpointing` is deprecated", category=FutureWarning)
+
+
+@one_line_errors
 def grpo_command(argv: list[str]) -> int:
     """`r1kit grpo`: parse the recipe strictly, then train (or only check, with --dry-run)."""
     if "-h" in argv or "--help" in argv:
@@ -33,27 +83,22 @@ def grpo_command(argv: list[str]) -> int:
     world_size = None
     if "--world-size" in argv:  # check the recipe as it would be launched on N processes
         i = argv.index("--world-size")
-        if not dry or i + 1 >= len(argv) or not argv[i + 1].isdigit():
-            print("r1kit: error: --world-size N goes with --dry-run", file=sys.stderr)
-            return 2
+        if not dry or i + 1 >= len(argv) or not argv[i + 1].isdigit() or int(argv[i + 1]) < 1:
+            return error("--world-size N (a positive number) goes with --dry-run")
         world_size = argv[i + 1]
         del argv[i : i + 2]
 
-    from r1kit.configs import ConfigError
     from r1kit.grpo import dry_run, main
 
-    try:
-        script_args, training_args, model_args = _parse_for_world_size(argv, world_size)
-        if dry:
-            print(dry_run(script_args, training_args, model_args))
-            print("recipe OK: keys, cross-field rules and (local) dataset columns checked; no model loaded.")
-            return 0
-        metrics = main(script_args, training_args, model_args)
-        if "summary" in metrics:
-            print_summary(metrics["summary"])
-    except ConfigError as e:
-        print(f"r1kit: error: {e}", file=sys.stderr)
-        return 2
+    quiet_upstream_warnings()
+    script_args, training_args, model_args = _parse_for_world_size(argv, world_size)
+    if dry:
+        print(dry_run(script_args, training_args, model_args))
+        print("recipe OK: keys, values, paths, cross-field rules and (local) dataset columns checked; no model loaded.")
+        return 0
+    metrics = main(script_args, training_args, model_args)
+    if "summary" in metrics:
+        print_summary(metrics["summary"])
     return 0
 
 
@@ -85,6 +130,7 @@ def _parse_for_world_size(argv: list[str], world_size: str | None):
             os.environ[WORLD_SIZE_ENV] = previous
 
 
+@one_line_errors
 def rewards_command(argv: list[str]) -> int:
     """`r1kit rewards`: one line per registered reward."""
     from r1kit.rewards import REWARD_FUNCS_REGISTRY
@@ -96,10 +142,12 @@ def rewards_command(argv: list[str]) -> int:
     return 0
 
 
+@one_line_errors
 def sft_command(argv: list[str]) -> int:
     """`r1kit sft --config recipe.yaml`: the cold-start SFT stage."""
     from r1kit.sft import cli
 
+    quiet_upstream_warnings()
     summary = cli(argv)
     if summary is None:
         from r1kit.sft import __doc__ as doc
@@ -110,15 +158,16 @@ def sft_command(argv: list[str]) -> int:
     return 0
 
 
+@one_line_errors
 def evaluate_command(argv: list[str]) -> int:
     """`r1kit evaluate --model PATH --benchmarks a,b [--num-samples K] [--output-dir DIR]`."""
-    import argparse
     import json
     import logging
 
     from r1kit.evaluation import BUILTIN_BENCHMARKS, evaluate_to_files
+    from r1kit.preflight import check_benchmark_names, check_model_source, check_output_dir
 
-    parser = argparse.ArgumentParser(prog="r1kit evaluate", description="Evaluate a model on benchmarks.")
+    parser = ArgumentParser(prog="r1kit evaluate", description="Evaluate a model on benchmarks.")
     parser.add_argument("--model", required=True, help="model folder (or a checkpoint)")
     parser.add_argument("--benchmarks", required=True, help=f"comma-separated: {', '.join(BUILTIN_BENCHMARKS)} or .jsonl files")
     parser.add_argument("--num-samples", type=int, default=1, help="samples per problem (pass@1 is averaged over them)")
@@ -130,20 +179,29 @@ def evaluate_command(argv: list[str]) -> int:
     parser.add_argument("--limit", type=int, default=None, help="evaluate the first N problems only")
     parser.add_argument("--step", type=int, default=None, help="training step of the checkpoint (for the report)")
     args = parser.parse_args(argv)
+    benchmarks = [b for b in args.benchmarks.split(",") if b]
+    if not benchmarks:
+        return error("--benchmarks: name at least one benchmark")
+    for flag, value, low in (("--num-samples", args.num_samples, 1), ("--max-new-tokens", args.max_new_tokens, 1),
+                             ("--limit", args.limit, 1), ("--temperature", args.temperature, 0)):
+        if value is not None and value < low:
+            return error(f"{flag} must be >= {low}, got {value}")
+    if not 0 < args.top_p <= 1:
+        return error(f"--top-p must be in (0, 1], got {args.top_p}")
+    check_model_source(args.model, "--model", builtins=())
+    check_benchmark_names(benchmarks, "--benchmarks", files_must_exist=True)
+    check_output_dir(args.output_dir or f"{args.model}/eval", field="--output-dir")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s - %(levelname)s - %(name)s - %(message)s")
-    try:
-        results = evaluate_to_files(
-            args.model, [b for b in args.benchmarks.split(",") if b], args.output_dir or f"{args.model}/eval",
-            num_samples=args.num_samples, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
-            top_p=args.top_p, system_prompt=args.system_prompt, limit=args.limit, step=args.step,
-        )
-    except (ValueError, ImportError, RuntimeError, OSError) as e:
-        print(f"r1kit evaluate: error: {e}", file=sys.stderr)
-        return 2
+    results = evaluate_to_files(
+        args.model, benchmarks, args.output_dir or f"{args.model}/eval",
+        num_samples=args.num_samples, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+        top_p=args.top_p, system_prompt=args.system_prompt, limit=args.limit, step=args.step,
+    )
     print(json.dumps(results, indent=2))
     return 0
 
 
+@one_line_errors
 def report_command(argv: list[str]) -> int:
     """`r1kit report OUTPUT_DIR`: curves to a PNG and a table."""
     from r1kit.report import cli
@@ -172,8 +230,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     command = COMMANDS.get(argv[0])
     if command is None:
-        print(f"r1kit: unknown command '{argv[0]}'\n\n{USAGE}", file=sys.stderr)
-        return 2
+        import difflib
+
+        near = difflib.get_close_matches(argv[0], list(COMMANDS), n=1)
+        hint = f" (did you mean '{near[0]}'?)" if near else ""
+        return error(f"unknown command '{argv[0]}'{hint}; commands: {', '.join(COMMANDS)} (see r1kit --help)")
     return command(argv[1:])
 
 

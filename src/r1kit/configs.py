@@ -33,6 +33,41 @@ class ConfigWarning(UserWarning):
 
 WORLD_SIZE_ENV = "R1KIT_CHECK_WORLD_SIZE"  # set by `--dry-run --world-size N` to check a recipe as launched on N ranks
 
+# Valid values of the recipe fields that are plain strings in TRL / r1kit (argparse checks only the Enum-typed ones).
+CODE_PROVIDERS = ("local", "piston", "e2b", "morph")
+IOI_PROVIDERS = ("local", "piston")
+REPETITION_LANGUAGES = ("en", "zh")
+BENCHMARK_LAUNCHERS = ("local", "slurm")
+LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "luspo", "cispo", "sapo", "vespo")  # TRL 1.16's, checked at step 1
+IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
+SCALE_REWARDS = ("group", "batch", "none")
+VLLM_MODES = ("server", "colocate")
+
+
+def check_choice(name: str, value: Any, choices: tuple[str, ...] | list[str], also: str = "") -> None:
+    """Raises a `ConfigError` naming the field, the valid values and the nearest one when `value` is not a choice."""
+    if value in choices:
+        return
+    near = difflib.get_close_matches(str(value), [str(c) for c in choices], n=1, cutoff=0.6)
+    hint = f" (did you mean '{near[0]}'?)" if near else ""
+    raise ConfigError(
+        f"{name}: {value!r} is not valid; use one of {', '.join(map(str, choices))}{' ' + also if also else ''}{hint}"
+    )
+
+
+def check_range(obj: Any, rules: list[tuple[str, str, Any]]) -> None:
+    """Checks numeric fields: each rule is (field, comparison, bound), comparisons `>=`, `>` and `<=`; a `None` value
+    (meaning "default") passes."""
+    compare = {">=": lambda v, b: v >= b, ">": lambda v, b: v > b, "<=": lambda v, b: v <= b}
+    for name, op, bound in rules:
+        value = getattr(obj, name)
+        if value is None or isinstance(value, bool):
+            continue
+        if not isinstance(value, (int, float)):
+            raise ConfigError(f"{name} must be a number, got {value!r}")
+        if not compare[op](value, bound):
+            raise ConfigError(f"{name} must be {op} {bound}, got {value}")
+
 
 # --------------------------------------------------------------------------------------------------------------------
 # Dataset mixtures (Open-R1 semantics)
@@ -142,7 +177,8 @@ class GRPOScriptArguments(ScriptArguments):
             is a quarter of the limit.
         code_language (`str`, defaults to `"python"`): fence language of `code_format` and the code rewards.
         code_provider (`str`, defaults to `"local"`): sandbox for `code` / `binary_code`.
-        code_eval_test_batch_size (`int`, defaults to `1`): tests run at once per sample by `ioi_code` / `cf_code`.
+        code_eval_test_batch_size (`int`, defaults to `1`): tests run at once per sample by `ioi_code` / `cf_code`;
+            0 or less runs them all at once (as Open-R1's Codeforces scoring does).
         code_eval_scoring_mode (`str`, defaults to `"weighted_sum"`): `cf_code` scoring.
         parallel_code_exec_per_proc (`int` or `None`, defaults to `None`): sandbox concurrency per process; `None`
             is the number of cores.
@@ -210,12 +246,106 @@ class GRPOScriptArguments(ScriptArguments):
             self.dataset_mixture = parse_dataset_mixture(self.dataset_mixture)
         if isinstance(self.reward_funcs, str):
             self.reward_funcs = [name.strip() for name in self.reward_funcs.split(",") if name.strip()]
+        for name in ("dataset_name", "dataset_prompt_column", "code_language"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, str) or not value.strip()):
+                raise ConfigError(f"{name} must be a non-empty string, got {value!r}")
+        check_choice("code_provider", self.code_provider, CODE_PROVIDERS)
+        check_choice("ioi_provider", self.ioi_provider, IOI_PROVIDERS)
+        check_choice("repetition_language", self.repetition_language, REPETITION_LANGUAGES)
+        check_range(
+            self,
+            [
+                ("reward_timeout", ">", 0),
+                ("reward_workers", ">=", 1),
+                ("parallel_code_exec_per_proc", ">=", 1),
+                ("max_completion_len", ">=", 1),
+                ("soft_punish_cache", ">=", 0),
+            ],
+        )
 
 
 def _cuda_available() -> bool:
     import torch
 
     return torch.cuda.is_available()
+
+
+def apply_machine_defaults(args: Any) -> None:
+    """r1kit's corrections to TRL's training defaults, made before transformers reads them (GRPO and SFT alike).
+
+    - `bf16`/`fp16` without a GPU become fp32 (with a warning when the recipe asked for them): TRL's default, bf16
+      on, cannot even construct on a CPU-only machine.
+    - `gradient_checkpointing`, which TRL sets to True by default and Open-R1 recipes use, is deprecated in
+      transformers 5 in favour of `activation_checkpointing`: its value moves there, so that every start does not
+      print a FutureWarning; `activation_checkpointing`, when set, wins, as in transformers.
+    - no pinned memory without a GPU: torch can only warn that it has nothing to pin to.
+    """
+    has_gpu = _cuda_available()
+    if args.bf16 is None:
+        args.bf16 = bool(has_gpu and not args.fp16)
+    elif args.bf16 and not has_gpu and not args.use_cpu:
+        warnings.warn("bf16: true needs a GPU and none was found; training in fp32 instead.", ConfigWarning, 3)
+        args.bf16 = False
+    if args.fp16 and not has_gpu and not args.use_cpu:
+        warnings.warn("fp16: true needs a GPU and none was found; training in fp32 instead.", ConfigWarning, 3)
+        args.fp16 = False
+    for old, new in (
+        ("gradient_checkpointing", "activation_checkpointing"),
+        ("gradient_checkpointing_kwargs", "activation_checkpointing_kwargs"),
+    ):
+        if getattr(args, new) is None:
+            setattr(args, new, getattr(args, old))
+        setattr(args, old, None)  # transformers mirrors the new name back into the old one
+    if not has_gpu:
+        args.dataloader_pin_memory = False
+
+
+def check_grpo_fields(args: Any) -> None:
+    """Enums and ranges of the GRPO training fields that TRL checks late (at the first step) or not at all."""
+    if not isinstance(args.resume, str) or not (args.resume in ("auto", "never") or _looks_like_path(args.resume)):
+        check_choice("resume", args.resume, ("auto", "never"), "or the path of a checkpoint folder")
+    check_choice("benchmark_launcher", args.benchmark_launcher, BENCHMARK_LAUNCHERS)
+    check_choice("loss_type", args.loss_type, LOSS_TYPES)
+    check_choice("importance_sampling_level", args.importance_sampling_level, IMPORTANCE_SAMPLING_LEVELS)
+    if isinstance(args.scale_rewards, str) and args.scale_rewards.lower() in ("true", "false"):
+        args.scale_rewards = args.scale_rewards.lower() == "true"  # TRL maps True/False to group/none
+    if not isinstance(args.scale_rewards, bool):
+        check_choice("scale_rewards", args.scale_rewards, SCALE_REWARDS, "or true / false")
+    check_choice("vllm_mode", args.vllm_mode, VLLM_MODES)
+    check_range(
+        args,
+        [
+            ("learning_rate", ">=", 0),
+            ("per_device_train_batch_size", ">=", 1),
+            ("gradient_accumulation_steps", ">=", 1),
+            ("max_completion_length", ">=", 1),
+            ("num_iterations", ">=", 1),
+            ("temperature", ">", 0),
+            ("top_p", ">", 0),
+            ("top_p", "<=", 1),
+            ("top_k", ">=", 0),
+            ("beta", ">=", 0),
+            ("epsilon", ">=", 0),
+            ("warmup_steps", ">=", 0),
+            ("logging_steps", ">", 0),
+            ("save_steps", ">", 0),
+            ("heldout_size", ">=", 1),
+            ("heldout_eval_steps", ">=", 0),
+            ("benchmark_num_samples", ">=", 1),
+            ("benchmark_max_new_tokens", ">=", 1),
+            ("torch_num_threads", ">=", 1),
+            ("num_completions_to_print", ">=", 0),
+        ],
+    )
+    if args.max_steps == 0 or args.max_steps < -1:
+        raise ConfigError(f"max_steps must be a positive number of steps (or -1 to train num_train_epochs), got {args.max_steps}")
+    if args.max_steps == -1 and not args.num_train_epochs > 0:
+        raise ConfigError(f"num_train_epochs must be > 0 when max_steps is -1, got {args.num_train_epochs}")
+
+
+def _looks_like_path(value: str) -> bool:
+    return "/" in value or value.startswith(("~", ".")) or "checkpoint" in value
 
 
 def _world_size() -> int:
@@ -316,15 +446,8 @@ class GRPOConfig(trl.GRPOConfig):
     benchmark_launcher: str = field(default="local", metadata={"help": "evaluate_benchmarks: local or slurm."})
 
     def __post_init__(self):
-        has_gpu = _cuda_available()
-        if self.bf16 is None:
-            self.bf16 = bool(has_gpu and not self.fp16)
-        elif self.bf16 and not has_gpu and not self.use_cpu:
-            warnings.warn("bf16: true needs a GPU and none was found; training in fp32 instead.", ConfigWarning, 2)
-            self.bf16 = False
-        if self.fp16 and not has_gpu and not self.use_cpu:
-            warnings.warn("fp16: true needs a GPU and none was found; training in fp32 instead.", ConfigWarning, 2)
-            self.fp16 = False
+        apply_machine_defaults(self)
+        check_grpo_fields(self)
         world_size = _world_size()
         check_generation_batch(
             self.num_generations,
@@ -359,6 +482,16 @@ class ModelConfig(trl.trainer.model_config.ModelConfig):
     gguf_file: str | None = field(default=None, metadata={"help": "GGUF file in the model_name_or_path folder."})
 
 
+@dataclass
+class SFTConfig(trl.SFTConfig):
+    """TRL's `SFTConfig` (the cold-start stage, `r1kit sft`) with r1kit's machine defaults: fp32 without a GPU,
+    `gradient_checkpointing` read as `activation_checkpointing`, no pinned memory on CPU."""
+
+    def __post_init__(self):
+        apply_machine_defaults(self)
+        super().__post_init__()
+
+
 # --------------------------------------------------------------------------------------------------------------------
 # Keys that Open-R1 recipes use but current TRL / transformers renamed or dropped
 # --------------------------------------------------------------------------------------------------------------------
@@ -382,8 +515,21 @@ def _liger_installed() -> bool:
     return importlib.util.find_spec("liger_kernel") is not None
 
 
-def _make_parser() -> TrlParser:
-    return TrlParser((GRPOScriptArguments, GRPOConfig, ModelConfig))
+class _StrictParser(TrlParser):
+    """TrlParser whose argparse errors (`--learning_rate abc`) become one-line `ConfigError`s naming the field,
+    instead of a page of usage and an exit."""
+
+    def error(self, message: str):
+        import re
+
+        match = re.match(r"argument --([\w-]+)(?:/--[\w-]+)*: (.*)", message, re.S)
+        if match:
+            message = f"{match[1].replace('-', '_')}: {match[2]}"
+        raise ConfigError(message.replace("invalid string_to_bool value", "invalid true/false value"))
+
+
+def _make_parser(dataclass_types: tuple | None = None) -> TrlParser:
+    return _StrictParser(dataclass_types or (GRPOScriptArguments, GRPOConfig, ModelConfig))
 
 
 def _known_keys(parser: TrlParser) -> set[str]:
@@ -419,7 +565,9 @@ def _needs_migration(key: str, known: set[str], value: Any = True) -> bool:
     return key in KEY_MIGRATIONS and key not in known
 
 
-def _normalise_yaml(config: dict[str, Any], known: set[str], seen: set[str], path: str) -> dict[str, Any]:
+def _normalise_yaml(
+    config: dict[str, Any], known: set[str], seen: set[str], path: str, actions: dict[str, Any] | None = None
+) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in config.items():
         if _needs_migration(key, known, value):
@@ -429,8 +577,36 @@ def _normalise_yaml(config: dict[str, Any], known: set[str], seen: set[str], pat
             key = new
         if key not in known:
             raise _unknown_key_error(key, known, f"in {path}")
+        if actions is not None and key in actions:
+            value = _check_yaml_value(key, value, actions[key], path)
         out[key] = value
     return out
+
+
+def _check_yaml_value(key: str, value: Any, action: Any, path: str) -> Any:
+    """What argparse does not check in values that come from a recipe (it converts only string defaults, and never
+    checks their choices): numbers where numbers go, single values where single values go, valid choices. Returns
+    the value, with YAML's `no` (read as false) turned back into the choice "no" (`save_strategy: no`)."""
+    if value is None:
+        return value
+    many = action.nargs in ("+", "*")
+    if action.choices and isinstance(value, bool) and ("no" if value is False else "yes") in action.choices:
+        return "no" if value is False else "yes"
+    for item in value if many and isinstance(value, list) else [value]:
+        if isinstance(item, (list, dict)):
+            if action.type in (int, float) or action.choices or many:
+                raise ConfigError(f"{key} in {path} takes {'single values' if many else 'one value'}, got {value!r}")
+            continue  # str-typed fields such as report_to and generation_kwargs take lists and mappings
+        if action.type in (int, float) and not isinstance(item, str):
+            if isinstance(item, bool) or not isinstance(item, (int, float)):
+                raise ConfigError(f"{key} in {path} must be a number, got {item!r}")
+            if action.type is int and item != int(item):
+                raise ConfigError(f"{key} in {path} must be a whole number, got {item!r}")
+        if action.choices:
+            check_choice(key, item if isinstance(item, str) else str(item), list(action.choices))
+    if action.type is int and isinstance(value, float):
+        return int(value)
+    return value
 
 
 def _normalise_cli(args: list[str], known: set[str], options: set[str], seen: set[str]) -> list[str]:
@@ -464,27 +640,33 @@ def load_recipe(path: str | os.PathLike) -> dict[str, Any]:
         with open(path) as f:
             config = yaml.safe_load(f) or {}
     except FileNotFoundError:
-        raise ConfigError(f"recipe not found: {path}") from None
+        raise ConfigError(f"--config: recipe not found: {path}") from None
+    except OSError as e:
+        raise ConfigError(f"--config: cannot read the recipe {path}: {e.strerror or e}") from None
     except yaml.YAMLError as e:
-        raise ConfigError(f"recipe {path} is not valid YAML: {e}") from None
+        raise ConfigError(f"--config: recipe {path} is not valid YAML: {' '.join(str(e).split())}") from None
     if not isinstance(config, dict):
         raise ConfigError(f"recipe {path} must contain a YAML mapping of keys to values")
     return config
 
 
 def parse_args(
-    argv: list[str] | None = None, default_config: str | os.PathLike | None = DEFAULT_RECIPE
+    argv: list[str] | None = None,
+    default_config: str | os.PathLike | None = DEFAULT_RECIPE,
+    dataclass_types: tuple | None = None,
 ) -> tuple[GRPOScriptArguments, GRPOConfig, ModelConfig]:
     """Parses `--config recipe.yaml` plus command-line overrides into the three dataclasses, strictly.
 
     Without `--config`, `default_config` is read (the embedded demo recipe). Raises `ConfigError` for unknown keys,
-    invalid mixtures and batch sizes that cannot hold whole prompt groups.
+    values of the wrong type or outside their range or choices, invalid mixtures and batch sizes that cannot hold
+    whole prompt groups. `dataclass_types` replaces the GRPO triple (`r1kit sft` passes its own).
     """
     import sys
 
     args = list(sys.argv[1:] if argv is None else argv)
-    parser = _make_parser()
+    parser = _make_parser(dataclass_types)
     known, options = _known_keys(parser), _option_names(parser)
+    actions = {action.dest: action for action in parser._actions if action.option_strings}
     seen: set[str] = set()
 
     config_path = default_config
@@ -501,13 +683,13 @@ def parse_args(
             raise ConfigError("`env:` in a recipe must be a mapping of variable names to values")
         for name, value in env.items():
             os.environ[str(name)] = str(value)
-        parser.set_defaults_with_config(**_normalise_yaml(config, known, seen, str(config_path)))
+        parser.set_defaults_with_config(**_normalise_yaml(config, known, seen, str(config_path), actions))
 
     args = _normalise_cli(args, known, options, seen)
     try:
         script_args, training_args, model_args = parser.parse_args_into_dataclasses(args=args)
     except ConfigError:
         raise
-    except ValueError as e:  # raised by a dataclass's own checks (TRL, transformers)
-        raise ConfigError(str(e)) from e
+    except (ValueError, TypeError) as e:  # raised by a dataclass's own checks (TRL, transformers)
+        raise ConfigError(" ".join(str(e).split())) from e
     return script_args, training_args, model_args

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -14,43 +15,78 @@ logger = logging.getLogger(__name__)
 
 BUILTIN_PREFIX = "r1kit:"
 FILE_BUILDERS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet"}
+# Below these sizes, loading and mapping take well under a second: a progress bar would only flash past.
+SMALL_FILE_BYTES = 100 * 2**20
+SMALL_ROWS = 100_000
+
+
+@contextmanager
+def progress_bars(show: bool):
+    """Shows (or hides) the `datasets` progress bars inside the block, then restores the previous setting."""
+    import datasets
+
+    was_enabled = datasets.is_progress_bar_enabled()
+    if was_enabled and not show:
+        datasets.disable_progress_bars()
+    try:
+        yield
+    finally:
+        if was_enabled and not show:
+            datasets.enable_progress_bars()
+
+
+def _error_text(e: BaseException) -> str:
+    return " ".join(str(e).split())[:300] or type(e).__name__
 
 
 def _is_saved_dataset(path: Path) -> bool:
     return (path / "dataset_dict.json").exists() or (path / "dataset_info.json").exists() and (path / "state.json").exists()
 
 
-def load_source(name: str, config: str | None = None, split: str | None = None):
+def load_source(name: str, config: str | None = None, split: str | None = None, field: str = "dataset_name"):
     """Loads one source: `r1kit:<task>`, a local file (json/jsonl/csv/parquet), a local folder (data files or a
-    `save_to_disk` dataset) or a Hub dataset. Returns a `DatasetDict`, or a `Dataset` when `split` is given."""
-    import datasets
+    `save_to_disk` dataset) or a Hub dataset. Returns a `DatasetDict`, or a `Dataset` when `split` is given.
 
+    A source that cannot be read (missing, unreadable, offline) raises a `ConfigError` naming `field`."""
+    import datasets
+    from datasets.exceptions import DatasetsError
+
+    from r1kit.preflight import check_dataset_source
+
+    check_dataset_source(name, field, hub=False)  # the Hub itself answers below
     if name.startswith(BUILTIN_PREFIX):
         from r1kit.tasks import load_task
 
         loaded = load_task(name[len(BUILTIN_PREFIX) :])
-        return _select_split(loaded, split, name) if split else loaded
+        return _select_split(loaded, split, name, field) if split else loaded
     path = Path(os.path.expanduser(name))
-    if path.is_file():
-        builder = FILE_BUILDERS.get("".join(path.suffixes[-1:]).lower())
-        if builder is None:
-            raise ConfigError(f"cannot read {name}: use a .json, .jsonl, .csv or .parquet file")
-        return datasets.load_dataset(builder, data_files=str(path), split=split or None)
-    if path.is_dir():
-        if _is_saved_dataset(path):
-            loaded = datasets.load_from_disk(str(path))
-            return _select_split(loaded, split, name) if split else loaded
-        return datasets.load_dataset(str(path), config, split=split or None)
-    return datasets.load_dataset(name, config, split=split or None)
+    try:
+        if path.is_file():
+            builder = FILE_BUILDERS[path.suffix.lower()]
+            with progress_bars(path.stat().st_size >= SMALL_FILE_BYTES):
+                return datasets.load_dataset(builder, data_files=str(path), split=split or None)
+        if path.is_dir():
+            if _is_saved_dataset(path):
+                loaded = datasets.load_from_disk(str(path))
+                return _select_split(loaded, split, name, field) if split else loaded
+            size = sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+            with progress_bars(size >= SMALL_FILE_BYTES):
+                return datasets.load_dataset(str(path), config, split=split or None)
+        return datasets.load_dataset(name, config, split=split or None)
+    except ConfigError:
+        raise
+    except (DatasetsError, ValueError, OSError, StopIteration) as e:  # unreadable rows, unknown split or config, Hub
+        where = f" (config {config!r}, split {split!r})" if config or split else ""
+        raise ConfigError(f"{field}: cannot load {name}{where}: {_error_text(e)}") from None
 
 
-def _select_split(dataset_dict, split: str, name: str):
+def _select_split(dataset_dict, split: str, name: str, field: str = "dataset_name"):
     """`dataset_dict[split]`, with the `train[:10]` slicing syntax, for sources that `load_dataset` does not slice."""
     import re
 
     match = re.fullmatch(r"(\w+)(?:\[(\d*):(\d*)\])?", split)
     if match is None or match[1] not in dataset_dict:
-        raise ConfigError(f"split '{split}' not found in {name}; splits: {', '.join(dataset_dict)}")
+        raise ConfigError(f"{field}: split '{split}' not found in {name}; splits: {', '.join(dataset_dict)}")
     ds = dataset_dict[match[1]]
     if match[2] or match[3]:
         ds = ds.select(range(len(ds))[slice(int(match[2] or 0), int(match[3]) if match[3] else None)])
@@ -62,10 +98,15 @@ def load_mixture(mixture: DatasetMixtureConfig):
     concatenation, a final shuffle and an optional seeded train/test split."""
     from datasets import DatasetDict, concatenate_datasets
 
-    parts = []
-    for member in mixture.datasets:
+    parts, counts = [], []
+    for i, member in enumerate(mixture.datasets):
+        field = f"dataset_mixture.datasets[{i}]"
         logger.info("Loading mixture member %s (config=%s, split=%s)", member.id, member.config, member.split)
-        ds = load_source(member.id, member.config, member.split)
+        ds = load_source(member.id, member.config, member.split, field=f"{field}.id")
+        if len(ds) == 0:
+            raise ConfigError(
+                f"{field}: split '{member.split}' of {member.id} has 0 rows; fix its split (or slice), or remove the member"
+            )
         if member.columns is not None:
             missing = [c for c in member.columns if c not in ds.column_names]
             if missing:
@@ -73,13 +114,19 @@ def load_mixture(mixture: DatasetMixtureConfig):
                     f"dataset_mixture member {member.id}: columns {missing} not found; columns present: {ds.column_names}"
                 )
             ds = ds.select_columns(member.columns)
+        rows = len(ds)
         if member.weight is not None:
             kept = int(len(ds) * member.weight)
             ds = ds.shuffle(seed=mixture.seed).select(range(kept))
             logger.info("Kept %d rows of %s (weight %s)", kept, member.id, member.weight)
+            if kept == 0 and member.weight > 0:
+                logger.warning("%s.weight %s keeps 0 of the %d rows of %s.", field, member.weight, rows, member.id)
+        counts.append(f"{member.id}: {rows} rows x weight {member.weight} = {len(ds)}")
         parts.append(ds)
     if not parts:
-        raise ConfigError("No datasets were loaded from the mixture configuration")
+        raise ConfigError("dataset_mixture.datasets is empty: list at least one dataset")
+    if sum(len(ds) for ds in parts) == 0:
+        raise ConfigError(f"dataset_mixture keeps 0 rows ({'; '.join(counts)}); raise the members' weight")
     columns = {m.id: sorted(ds.column_names) for m, ds in zip(mixture.datasets, parts)}
     if len({tuple(c) for c in columns.values()}) > 1:  # datasets would fill the gaps with nulls, silently
         raise ConfigError(f"dataset_mixture members do not share one schema: {columns}; select common `columns`")
@@ -88,7 +135,13 @@ def load_mixture(mixture: DatasetMixtureConfig):
     except (ValueError, TypeError) as e:
         raise ConfigError(f"dataset_mixture members do not share one schema ({e}); select common `columns`") from e
     if mixture.test_split_size is not None:
-        split = combined.train_test_split(test_size=mixture.test_split_size, seed=mixture.seed)
+        try:
+            split = combined.train_test_split(test_size=mixture.test_split_size, seed=mixture.seed)
+        except ValueError as e:  # a split that would be empty
+            raise ConfigError(
+                f"dataset_mixture.test_split_size {mixture.test_split_size} of {len(combined)} rows leaves a split "
+                f"empty ({_error_text(e)}); choose a size that keeps rows on both sides"
+            ) from None
         logger.info("Split the mixture into %d train / %d test rows", len(split["train"]), len(split["test"]))
         return split
     return DatasetDict({"train": combined})
@@ -116,7 +169,18 @@ def get_dataset(script_args: Any):
         raise ConfigError("Either `dataset_name` or `dataset_mixture` must be provided")
     logger.info("Loading dataset %s (config=%s)", script_args.dataset_name, script_args.dataset_config)
     loaded = load_source(script_args.dataset_name, script_args.dataset_config)
-    return loaded if isinstance(loaded, DatasetDict) else DatasetDict({"train": loaded})
+    dataset = loaded if isinstance(loaded, DatasetDict) else DatasetDict({"train": loaded})
+    if any(len(ds) == 0 for ds in dataset.values()):
+        raise ConfigError(
+            f"dataset_name: {script_args.dataset_name} has an empty split (rows per split: {split_sizes(dataset)}); "
+            "add rows, or point dataset_name at other data"
+        )
+    return dataset
+
+
+def split_sizes(dataset_dict) -> str:
+    """`train 2000, test 200`: the rows of each split."""
+    return ", ".join(f"{split} {len(ds):,}" for split, ds in dataset_dict.items())
 
 
 def make_conversation(example: dict, prompt_column: str = "prompt", system_prompt: str | None = None) -> dict:
@@ -136,7 +200,8 @@ def to_conversations(dataset_dict, prompt_column: str, system_prompt: str | None
             raise ConfigError(
                 f"dataset_prompt_column '{prompt_column}' not found in split '{split}'; columns present: {ds.column_names}"
             )
-        ds = ds.map(make_conversation, fn_kwargs={"prompt_column": prompt_column, "system_prompt": system_prompt})
+        with progress_bars(len(ds) >= SMALL_ROWS):
+            ds = ds.map(make_conversation, fn_kwargs={"prompt_column": prompt_column, "system_prompt": system_prompt})
         if "messages" in ds.column_names:
             ds = ds.remove_columns("messages")
         dataset_dict[split] = ds

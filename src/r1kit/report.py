@@ -125,10 +125,16 @@ def cli(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print("usage: r1kit report OUTPUT_DIR\n\n" + __doc__.strip())
         return 0 if argv else 2
+    if len(argv) > 1:
+        print(f"r1kit: error: r1kit report takes one OUTPUT_DIR, got {len(argv)} arguments: {' '.join(argv)}", file=sys.stderr)
+        return 2
     try:
         path, text = report(argv[0])
-    except FileNotFoundError as e:
-        print(f"r1kit: error: {e}", file=sys.stderr)
+    except (FileNotFoundError, NotADirectoryError) as e:
+        print(f"r1kit: error: OUTPUT_DIR: {e}", file=sys.stderr)
+        return 2
+    except json.JSONDecodeError as e:  # a trainer_state.json or results file cut short (a run killed mid-write)
+        print(f"r1kit: error: OUTPUT_DIR: {argv[0]} holds a JSON file that cannot be read ({e})", file=sys.stderr)
         return 2
     print(text)
     print(f"\nCurves drawn to {path}")

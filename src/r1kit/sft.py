@@ -65,12 +65,12 @@ def main(script_args: SFTScriptArguments, training_args, model_args) -> dict:
     from trl import SFTTrainer
 
     from r1kit.callbacks import HeldOutAccuracyCallback
+    from r1kit.preflight import check_sft_inputs
     from r1kit.tasks import addition_problems, sft_rows
 
     set_seed(training_args.seed)
     logging.basicConfig(format="%(asctime)s - %(levelname)s - %(name)s - %(message)s", level=logging.INFO)
-    if script_args.dataset_name != "r1kit:addition":
-        raise ValueError("r1kit sft currently trains the built-in task r1kit:addition")
+    check_sft_inputs(script_args, training_args, model_args)  # before anything loads
     model, tokenizer = build_or_load(script_args, model_args, training_args)
     logger.info("Model: %s parameters", f"{sum(p.numel() for p in model.parameters()):,}")
     train = Dataset.from_list(sft_rows("train", script_args.train_size, training_args.seed))
@@ -108,12 +108,14 @@ def publish(source: Path, target: Path, summary: dict) -> None:
 
 def cli(argv: list[str]) -> dict | None:
     """Parses a recipe and runs it; returns the summary (None for --help)."""
-    from trl import ModelConfig, SFTConfig, TrlParser
+    from r1kit.configs import ModelConfig, SFTConfig, parse_args
 
     if "-h" in argv or "--help" in argv:
         return None
-    parser = TrlParser((SFTScriptArguments, SFTConfig, ModelConfig))
-    script_args, training_args, model_args = parser.parse_args_and_config(argv)
+    # The GRPO parser's strictness: unknown keys, wrong types and choices are one-line errors naming the key.
+    script_args, training_args, model_args = parse_args(
+        argv, default_config=None, dataclass_types=(SFTScriptArguments, SFTConfig, ModelConfig)
+    )
     return main(script_args, training_args, model_args)
 
 
