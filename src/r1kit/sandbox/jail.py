@@ -132,8 +132,8 @@ def seccomp_filter(machine: str | None = None) -> bytes | None:
     for code, jt, jf, k in prog:
         if code == "label":
             continue
-        offset = (lambda target: 0 if target is None else positions[target] - index - 1)
-        out += struct.pack("<HBBI", code, offset(jt), offset(jf), k)
+        jumps = [0 if target is None else positions[target] - index - 1 for target in (jt, jf)]
+        out += struct.pack("<HBBI", code, *jumps, k)
         index += 1
     return out
 

@@ -28,7 +28,15 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from r1kit.sandbox import SANDBOX_ERROR, Program, TestResult, harness_request, parse_reply
-from r1kit.sandbox.jail import LAUNCHER, ROOT_UID_RANGE, bwrap_arguments, find_bwrap, interpreter, require_jail, seccomp_filter
+from r1kit.sandbox.jail import (
+    LAUNCHER,
+    ROOT_UID_RANGE,
+    bwrap_arguments,
+    find_bwrap,
+    interpreter,
+    require_jail,
+    seccomp_filter,
+)
 
 logger = logging.getLogger(__name__)
 
