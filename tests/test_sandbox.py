@@ -8,6 +8,7 @@ from r1kit.configs import GRPOScriptArguments
 from r1kit.rewards import get_reward_funcs
 from r1kit.sandbox import (
     SANDBOX_ERROR,
+    Program,
     get_provider,
     outputs_match,
 )
@@ -188,3 +189,84 @@ def test_provider_names():
     with pytest.raises(ValueError, match="unknown code provider"):
         get_provider("nope")
     assert SANDBOX_ERROR == "sandbox_error"
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Rows are validated: a malformed row scores None (counted, named once), never "expect empty output"
+# --------------------------------------------------------------------------------------------------------------------
+BAD_ROWS = {
+    "not a mapping": 5,
+    "a string that is not JSON": "test_cases: many",
+    "test_cases not a list": {"test_cases": "1 -> 1"},
+    "no test cases": {"test_cases": []},
+    "missing output": {"test_cases": [{"input": "1\n"}]},
+    "output None": {"test_cases": [{"input": "1\n", "output": None}]},
+    "missing input": {"test_cases": [{"output": "None\n"}]},
+    "case not a mapping": {"test_cases": ["1"]},
+    "unknown language": {"language": "brainfuck", "test_cases": [{"input": "", "output": ""}]},
+    "language not a string": {"language": 3, "test_cases": [{"input": "", "output": ""}]},
+    "time_limit 0": {"time_limit": 0, "test_cases": [{"input": "", "output": ""}]},
+    "time_limit negative": {"time_limit": -1, "test_cases": [{"input": "", "output": ""}]},
+    "time_limit text": {"time_limit": "fast", "test_cases": [{"input": "", "output": ""}]},
+    "memory_limit 0": {"memory_limit": 0, "test_cases": [{"input": "", "output": ""}]},
+}
+
+
+@pytest.mark.parametrize("name", ["code", "binary_code"])
+def test_malformed_rows_score_none_and_are_counted(name, caplog):
+    func, logged = reward(name), {}
+    texts = [completion("pass", "python"), completion("print(None)", "python")] * len(BAD_ROWS)
+    rows = [row for row in BAD_ROWS.values() for _ in range(2)]
+    with caplog.at_level("WARNING"):
+        out = func(texts, verification_info=rows, log_metric=logged.__setitem__)
+    assert out == [None] * len(rows)
+    assert logged[f"rewards/{name}/bad_rows"] == len(rows) and logged[f"rewards/{name}/sandbox_errors"] == 0
+    warnings = [r.message for r in caplog.records if "cannot be judged" in r.message]
+    assert len(warnings) == len(set(warnings)) >= len(BAD_ROWS) - 2  # each problem named once, not once per sample
+
+
+def test_malformed_cf_and_ioi_rows_score_none():
+    cf = reward("cf_code")
+    rows = [cf_row(official_tests="x"), cf_row(official_tests=[{"input": "1"}]), cf_row(language="ruby"),
+            cf_row(time_limit=-2), cf_row(generated_checker=7)]
+    assert cf([completion("print(1)", "python")] * len(rows), **{k: [r[k] for r in rows] for k in rows[0]}) == [None] * 5
+    ioi = reward("ioi_code")
+    ioi_rows = [{"test_cases": "x", "test_names": [], "id": "p", "subtask": 1},
+                {"test_cases": {"a": {"input": "1"}}, "test_names": ["a"], "id": "p", "subtask": 1},
+                {"test_cases": {"a": {"input": "1", "output": "2"}}, "test_names": ["b"], "id": "p", "subtask": 1},
+                {"test_cases": [["1", "2"]], "test_names": [], "id": "p", "subtask": 1, "grader_files": 3}]
+    texts = [completion("int main(){}", "cpp")] * len(ioi_rows)
+    assert ioi(texts, **{k: [r.get(k) for r in ioi_rows] for k in ioi_rows[-1]}) == [None] * 4
+
+
+def test_unknown_languages_stop_before_training():
+    from r1kit.rewards.code import check_code_rows
+
+    rows = [{"verification_info": {"language": "python", "test_cases": [{"input": "", "output": ""}]}},
+            {"verification_info": {"language": "haskell", "test_cases": [{"input": "", "output": ""}]}}]
+    with pytest.raises(ValueError, match=r"unknown language 'haskell'.*rows \[1\]"):
+        check_code_rows(["code"], rows)
+    check_code_rows(["code"], rows[:1])
+
+
+def test_without_a_jail_local_code_rewards_stop_before_training(monkeypatch):
+    from r1kit.configs import ConfigError
+    from r1kit.rewards.code import check_code_execution
+    from r1kit.sandbox import jail, local
+
+    args = GRPOScriptArguments(dataset_name="x", reward_funcs=["code"])
+    monkeypatch.setattr(jail, "find_bwrap", lambda: None)
+    jail.probe.cache_clear()
+    try:
+        with pytest.raises(ConfigError, match="bubblewrap.*allow_unsandboxed_code_execution"):
+            check_code_execution(args)
+        check_code_execution(GRPOScriptArguments(dataset_name="x", reward_funcs=["code"], code_provider="piston"))
+        opted_in = GRPOScriptArguments(dataset_name="x", reward_funcs=["code"], allow_unsandboxed_code_execution=True)
+        check_code_execution(opted_in)
+        assert isinstance(get_reward_funcs(opted_in)[0], object)
+        unsandboxed = local.LocalProvider(isolate=False)
+        (result,), = unsandboxed.execute([Program("print(input())", inputs=["hi\n"], expected=["hi\n"])])
+        assert result.passed
+    finally:
+        monkeypatch.undo()
+        jail.probe.cache_clear()

@@ -144,7 +144,37 @@ def check_code_rows(reward_names: list[str], dataset, default_language: str = "p
                        len(bad), *bad[0])
 
 
+CODE_REWARDS = ("code", "binary_code", "cf_code", "ioi_code")
+
+
+def uses_local_sandbox(script_args: Any) -> bool:
+    names = set(script_args.reward_funcs)
+    return bool(names & {"code", "binary_code", "cf_code"} and script_args.code_provider == "local"
+                or "ioi_code" in names and script_args.ioi_provider == "local")
+
+
+def check_code_execution(script_args: Any) -> None:
+    """Before anything loads: a run whose code rewards use the local sandbox needs a jail here (or the explicit
+    `allow_unsandboxed_code_execution` opt-in). Raises ConfigError saying what to install or which provider to use."""
+    if not uses_local_sandbox(script_args) or script_args.allow_unsandboxed_code_execution:
+        return
+    from r1kit.configs import ConfigError
+    from r1kit.sandbox.jail import JailUnavailable, require_jail
+
+    try:
+        require_jail()
+    except JailUnavailable as e:
+        raise ConfigError(str(e)) from None
+
+
+def _local_options(script_args: Any) -> dict[str, Any]:
+    return {"num_parallel": script_args.parallel_code_exec_per_proc,
+            "isolate": not script_args.allow_unsandboxed_code_execution}
+
+
 def make_provider(script_args: Any):
+    if script_args.code_provider == "local":
+        return get_provider("local", **_local_options(script_args))
     options: dict[str, Any] = {"num_parallel": script_args.parallel_code_exec_per_proc}
     if script_args.code_provider == "e2b" and script_args.e2b_router_url:
         options["router_url"] = script_args.e2b_router_url
@@ -327,7 +357,7 @@ def make_ioi_code_reward(script_args: Any, training_args: Any = None) -> Callabl
     """`ioi_code`: IOI subtask score (Open-R1's rule): the minimum over the subtask's tests, 1.0 for a passed test,
     else 0.0. None for a row that cannot be judged or a sandbox failure."""
     if script_args.ioi_provider == "local":
-        provider = get_provider("local", num_parallel=script_args.parallel_code_exec_per_proc)
+        provider = get_provider("local", **_local_options(script_args))
     else:
         provider = get_provider(script_args.ioi_provider)
     warnings = RowWarnings("ioi_code")
