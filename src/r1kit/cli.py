@@ -59,12 +59,27 @@ class ArgumentParser(argparse.ArgumentParser):
 
 
 def quiet_upstream_warnings() -> None:
-    """Hides the one deprecation notice a run cannot act on: TRL 1.16 reads transformers' deprecated
-    `is_gradient_checkpointing` at every generation. (The one r1kit caused, `gradient_checkpointing`, is fixed at the
-    source: see `configs.apply_machine_defaults`.) Every other warning stays visible."""
+    """Hides the deprecation notices a run cannot act on: TRL 1.16 calls transformers' deprecated
+    `is_gradient_checkpointing`, `gradient_checkpointing_disable` and `gradient_checkpointing_enable` around every
+    generation. (The one r1kit caused, the `gradient_checkpointing` field, is fixed at the source: see
+    `configs.apply_machine_defaults`.) Every other warning stays visible."""
     import warnings
 
-    warnings.filterwarnings("ignore", message=r"`is_gradient_checkpointing` is deprecated", category=FutureWarning)
+    warnings.filterwarnings(
+        "ignore",
+        message=r"`(is_gradient_checkpointing|gradient_checkpointing_disable|gradient_checkpointing_enable)` is deprecated",
+        category=FutureWarning,
+    )
+    if not getattr(warnings.formatwarning, "r1kit", False):  # r1kit's own warnings in the error's shape: one line
+        upstream_format = warnings.formatwarning
+
+        def format_warning(message, category, filename, lineno, line=None):
+            if category.__name__ == "ConfigWarning":
+                return f"r1kit: warning: {message}\n"
+            return upstream_format(message, category, filename, lineno, line)
+
+        format_warning.r1kit = True
+        warnings.formatwarning = format_warning
 
 
 @one_line_errors

@@ -184,6 +184,9 @@ class GRPOScriptArguments(ScriptArguments):
             is the number of cores.
         e2b_router_url (`str` or `None`), morph_router_url (`str` or `None`): routers for the remote sandboxes.
         ioi_provider (`str`, defaults to `"local"`): back end of `ioi_code` (`local` or `piston`; Open-R1: piston).
+        allow_unsandboxed_code_execution (`bool`, defaults to `False`): where no jail can run, let the `local`
+            provider run model-written programs with only resource limits (your user's files, network and processes
+            exposed). Off, a run with a local code reward stops before training and says what to install.
         repetition_language (`str`, defaults to `"en"`): `en` (whitespace words) or `zh` (jieba).
         format_think_prefilled (`bool` or `None`, defaults to `None`): accept completions that start inside the think
             block; `None` turns it on when the chat template's generation prompt ends in `<think>`.
@@ -227,6 +230,10 @@ class GRPOScriptArguments(ScriptArguments):
     e2b_router_url: str | None = field(default=None, metadata={"help": "E2B router host:port."})
     morph_router_url: str | None = field(default=None, metadata={"help": "Morph router host:port."})
     ioi_provider: str = field(default="local", metadata={"help": "ioi_code back end: local or piston."})
+    allow_unsandboxed_code_execution: bool = field(
+        default=False,
+        metadata={"help": "DANGER: with code_provider local and no jail available, run model-written code without one."},
+    )
     repetition_language: str = field(default="en", metadata={"help": "Repetition penalty tokenisation: en or zh."})
     format_think_prefilled: bool | None = field(
         default=None,
@@ -299,6 +306,22 @@ def apply_machine_defaults(args: Any) -> None:
         setattr(args, old, None)  # transformers mirrors the new name back into the old one
     if not has_gpu:
         args.dataloader_pin_memory = False
+    _check_deepspeed_field(args.deepspeed)
+
+
+def _check_deepspeed_field(deepspeed: Any) -> None:
+    """transformers reads the `deepspeed` config (and imports DeepSpeed) while the arguments are built: check first."""
+    if not deepspeed:
+        return
+    import importlib.util
+
+    if isinstance(deepspeed, str) and not deepspeed.lstrip().startswith("{") and not Path(deepspeed).is_file():
+        raise ConfigError(f"deepspeed: {deepspeed} does not exist; give the path of a DeepSpeed JSON config")
+    if importlib.util.find_spec("deepspeed") is None:
+        raise ConfigError(
+            "deepspeed: DeepSpeed is not installed: pip install 'r1kit[deepspeed]', or remove `deepspeed` and launch "
+            "with recipes/accelerate_configs/ddp.yaml or fsdp.yaml"
+        )
 
 
 def check_grpo_fields(args: Any) -> None:

@@ -76,7 +76,9 @@ def load_source(name: str, config: str | None = None, split: str | None = None, 
     except ConfigError:
         raise
     except (DatasetsError, ValueError, OSError, StopIteration) as e:  # unreadable rows, unknown split or config, Hub
-        where = f" (config {config!r}, split {split!r})" if config or split else ""
+        where = "".join(f", {key} {value!r}" for key, value in (("config", config), ("split", split)) if value)
+        if "corresponds to no data" in str(e):  # a header-only csv, a slice past the end
+            raise ConfigError(f"{field}: {name}{where} has 0 rows; add rows, or fix the split or slice") from None
         raise ConfigError(f"{field}: cannot load {name}{where}: {_error_text(e)}") from None
 
 
@@ -119,14 +121,15 @@ def load_mixture(mixture: DatasetMixtureConfig):
             kept = int(len(ds) * member.weight)
             ds = ds.shuffle(seed=mixture.seed).select(range(kept))
             logger.info("Kept %d rows of %s (weight %s)", kept, member.id, member.weight)
-            if kept == 0 and member.weight > 0:
-                logger.warning("%s.weight %s keeps 0 of the %d rows of %s.", field, member.weight, rows, member.id)
         counts.append(f"{member.id}: {rows} rows x weight {member.weight} = {len(ds)}")
         parts.append(ds)
     if not parts:
         raise ConfigError("dataset_mixture.datasets is empty: list at least one dataset")
     if sum(len(ds) for ds in parts) == 0:
         raise ConfigError(f"dataset_mixture keeps 0 rows ({'; '.join(counts)}); raise the members' weight")
+    for i, (member, ds, count) in enumerate(zip(mixture.datasets, parts, counts)):
+        if len(ds) == 0 and member.weight:
+            logger.warning("dataset_mixture.datasets[%d].weight keeps no rows (%s).", i, count)
     columns = {m.id: sorted(ds.column_names) for m, ds in zip(mixture.datasets, parts)}
     if len({tuple(c) for c in columns.values()}) > 1:  # datasets would fill the gaps with nulls, silently
         raise ConfigError(f"dataset_mixture members do not share one schema: {columns}; select common `columns`")

