@@ -391,3 +391,25 @@ def test_containment_as_an_ordinary_user(public_dir):
     visible, umount_tmp, umount_proc, userns, sees_cwd = out["stdout"].split()
     assert out["uid"] == 65534 and out["status"] == PASSED, out
     assert int(visible) <= 4 and umount_tmp == umount_proc == userns == "-1" and sees_cwd == "False"
+
+
+def test_many_processes_share_one_memory_cap(host):
+    from r1kit.sandbox.jail import cgroup_parents
+
+    if not cgroup_parents():
+        pytest.skip("cgroups unavailable here: each process is bounded by its own address-space limit only")
+    code = textwrap.dedent("""
+        import os, sys, time
+        for _ in range(6):
+            if os.fork() == 0:
+                block = bytearray(150 << 20)
+                for i in range(0, len(block), 4096):
+                    block[i] = 1
+                sys.stdout.write("allocated\\n")
+                sys.stdout.flush()
+                time.sleep(3)
+                os._exit(0)
+        time.sleep(2.5)
+    """)
+    (result,) = run(code, memory_mb=256, time_limit=5)
+    assert result.stdout.count("allocated") <= 2  # 6 x 150 MB would fit the per-process limit, not the jail's cap

@@ -1,12 +1,14 @@
 """Root only: the stage between a trainer running as root and bwrap. Runs no model-written code.
 
-    python -I -S _launcher.py UID SOURCE=NAME [SOURCE=NAME ...] -- BWRAP_PATH BWRAP_ARGS...
+    python -I -S _launcher.py UID CGROUPS SOURCE=NAME [SOURCE=NAME ...] -- BWRAP_PATH BWRAP_ARGS...
 
 bwrap started by root would map the jail's user to host root, and the kernel exempts root from the process limit
 (a fork bomb would be unbounded). So this stage drops to UID, a host uid no account has, before bwrap starts. The
 files bwrap must read (its own binary, the interpreter) may sit under a folder only root can enter (/root), so it
 first exposes each SOURCE read-only under /tmp/r1kit-expose/NAME, in a mount namespace of its own (the host's
-mounts are untouched). Arguments of bwrap that start with `@NAME` are rewritten to that path.
+mounts are untouched). Arguments of bwrap that start with `@NAME` are rewritten to that path. CGROUPS is a
+comma-separated list of cgroup folders (made and capped by the provider) that this process joins first, so the whole
+jail is counted there; "-" for none.
 
 Standard library only: it runs with `python -I -S`.
 """
@@ -34,8 +36,11 @@ def mount(source, target, fstype, flags, data=None):
 
 def main(argv):
     uid = int(argv[0])
+    for folder in argv[1].split(",") if argv[1] != "-" else []:
+        with open(os.path.join(folder, "cgroup.procs"), "w") as f:
+            f.write(str(os.getpid()))
     split = argv.index("--")
-    sources = [spec.split("=", 1) for spec in argv[1:split]]
+    sources = [spec.split("=", 1) for spec in argv[2:split]]
     bwrap = argv[split + 1 :]
     check(libc.unshare(CLONE_NEWNS), "unshare(CLONE_NEWNS)")
     mount("none", "/", None, MS_REC | MS_PRIVATE)

@@ -171,6 +171,84 @@ def bwrap_arguments(tmp_bytes: int, seccomp_fd: int | None, prefix: str, source_
     return args
 
 
+# --------------------------------------------------------------------------------------------------------------------
+# cgroups (root only, where the memory and pids controllers are writable): one cap on a program's whole tree
+# --------------------------------------------------------------------------------------------------------------------
+def _own_cgroup_dir(controller: str) -> str | None:
+    """This process's folder in the cgroup v1 hierarchy of `controller`, if that hierarchy is mounted writable."""
+    try:
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            _, controllers, path = line.split(":", 2)
+            if controller in controllers.split(","):
+                folder = os.path.join("/sys/fs/cgroup", controller) + path
+                return folder if os.access(folder, os.W_OK) else None
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+@functools.lru_cache(maxsize=1)
+def cgroup_parents() -> dict[str, str] | None:
+    """{controller: folder} for the memory and pids controllers, or None where r1kit cannot use them (not root,
+    cgroup v2 without delegation, read-only hierarchies): rlimits then bound each process on its own."""
+    if os.geteuid() != 0:
+        return None
+    parents = {c: _own_cgroup_dir(c) for c in ("memory", "pids")}
+    if not all(parents.values()):
+        return None
+    try:
+        probe_dir = os.path.join(parents["pids"], f"r1kit-probe-{os.getpid()}")
+        os.mkdir(probe_dir)
+        os.rmdir(probe_dir)
+    except OSError:
+        return None
+    return parents
+
+
+def create_cgroups(name: str, memory_bytes: int, pids: int) -> list[str]:
+    """Per-program cgroups capping the memory of the whole jail (processes and its tmpfs pages alike) and its number
+    of processes; [] where unavailable. The launcher moves itself in before bwrap starts."""
+    parents = cgroup_parents()
+    if not parents:
+        return []
+    made = []
+    try:
+        for controller, limits in (("memory", {"memory.limit_in_bytes": memory_bytes, "memory.memsw.limit_in_bytes": memory_bytes}),
+                                   ("pids", {"pids.max": pids})):
+            folder = os.path.join(parents[controller], name)
+            os.mkdir(folder)
+            made.append(folder)
+            for key, value in limits.items():
+                if os.path.exists(os.path.join(folder, key)):
+                    Path(folder, key).write_text(str(value))
+    except OSError as e:
+        logger.debug("cgroups unavailable for %s: %s", name, e)
+        remove_cgroups(made)
+        return []
+    return made
+
+
+def remove_cgroups(folders: list[str]) -> None:
+    """Kills whatever is left in the program's cgroups, then removes them."""
+    for folder in folders:
+        for _ in range(100):
+            try:
+                pids = Path(folder, "cgroup.procs").read_text().split()
+                for pid in pids:
+                    try:
+                        os.kill(int(pid), 9)
+                    except OSError:
+                        pass
+                os.rmdir(folder)
+                break
+            except FileNotFoundError:
+                break
+            except OSError:
+                import time
+
+                time.sleep(0.01)
+
+
 def _traversable_by_others(path: str) -> bool:
     """Whether a user with no relation to the owner can reach `path` (execute bit for 'other' on every folder)."""
     path = os.path.realpath(path)

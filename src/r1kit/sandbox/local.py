@@ -17,6 +17,7 @@ its resource limits and says so loudly.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -24,6 +25,7 @@ import random
 import subprocess
 import sys
 import threading
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -32,8 +34,10 @@ from r1kit.sandbox.jail import (
     LAUNCHER,
     ROOT_UID_RANGE,
     bwrap_arguments,
+    create_cgroups,
     find_bwrap,
     interpreter,
+    remove_cgroups,
     require_jail,
     seccomp_filter,
 )
@@ -42,13 +46,15 @@ logger = logging.getLogger(__name__)
 
 HARNESS = Path(__file__).with_name("_harness.py")
 STARTUP_SECONDS = 15.0  # jail + interpreter start, generous for a loaded machine
+JAIL_OVERHEAD_MB = 64
+COMPILER_MB = 1024
 COMPILE_SECONDS = 60.0
 _UNSANDBOXED_WARNED = threading.Event()
 
 
-def jail_command(tmp_bytes: int, seccomp_fd: int | None, args: list[str]) -> list[str]:
+def jail_command(tmp_bytes: int, seccomp_fd: int | None, args: list[str], cgroups: list[str] | None = None) -> list[str]:
     """The command that runs the base interpreter with `args` inside a fresh jail: bwrap directly for an ordinary
-    user; for root, the launcher stage first, which drops to a host uid of the jail's own."""
+    user; for root, the launcher stage first, which joins `cgroups` and drops to a host uid of the jail's own."""
     bwrap = find_bwrap()
     executable, prefix = interpreter()
     if os.geteuid() != 0:
@@ -57,10 +63,16 @@ def jail_command(tmp_bytes: int, seccomp_fd: int | None, args: list[str]) -> lis
     bwrap_in_view = "@bwrap/" + os.path.relpath(bwrap, bwrap_root)
     uid = random.randrange(*ROOT_UID_RANGE)
     return [
-        sys.executable, "-I", "-S", str(LAUNCHER), str(uid), f"{prefix}=python", f"{bwrap_root}=bwrap", "--",
+        sys.executable, "-I", "-S", str(LAUNCHER), str(uid), ",".join(cgroups or []) or "-",
+        f"{prefix}=python", f"{bwrap_root}=bwrap", "--",
         bwrap_in_view, *bwrap_arguments(tmp_bytes, seccomp_fd, prefix, source_prefix="@python"),
         executable, "-I", "-S", *args,
     ]
+
+
+@functools.lru_cache(maxsize=1)
+def harness_source() -> str:
+    return HARNESS.read_text()
 
 
 def _seccomp_fd() -> int | None:
@@ -73,12 +85,22 @@ def _seccomp_fd() -> int | None:
     return fd
 
 
-def run_in_jail(args: list[str], stdin: bytes, timeout: float, tmp_bytes: int = 64 << 20) -> tuple[int, bytes, bytes]:
+def run_in_jail(args: list[str], stdin: bytes, timeout: float, tmp_bytes: int = 64 << 20,
+                memory_bytes: int | None = None, max_processes: int = 64) -> tuple[int, bytes, bytes]:
     """Runs the base interpreter with `args` in a fresh jail; (exit code, stdout, stderr). Raises
-    subprocess.TimeoutExpired after `timeout` seconds (the jail is killed)."""
+    subprocess.TimeoutExpired after `timeout` seconds (the jail is killed). As root, where cgroups are usable, the
+    jail's whole tree is capped at `memory_bytes` (processes and /tmp together) and `max_processes` + 8."""
+    cgroups = create_cgroups(f"r1kit-{os.getpid()}-{uuid.uuid4().hex[:12]}", memory_bytes, max_processes + 8) if memory_bytes else []
+    try:
+        return _run_in_jail(args, stdin, timeout, tmp_bytes, cgroups)
+    finally:
+        remove_cgroups(cgroups)
+
+
+def _run_in_jail(args, stdin, timeout, tmp_bytes, cgroups):
     fd = _seccomp_fd()
     try:
-        proc = subprocess.Popen(jail_command(tmp_bytes, fd, args), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        proc = subprocess.Popen(jail_command(tmp_bytes, fd, args, cgroups), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, pass_fds=[fd] if fd is not None else [], cwd="/",
                                 env={"PATH": "/usr/bin:/bin"})
     finally:
@@ -145,9 +167,12 @@ class LocalProvider:
         try:
             if self.isolate:
                 tmp_bytes = (program.memory_mb - request["memory_mb"]) << 20
-                code, stdout, stderr = run_in_jail(["-c", HARNESS.read_text()], stdin, budget, tmp_bytes)
+                # the harness, bwrap and (for C++) the compiler live in the same cap as the program
+                memory = (max(program.memory_mb, COMPILER_MB if program.language == "cpp" else 0) + JAIL_OVERHEAD_MB) << 20
+                code, stdout, stderr = run_in_jail(["-c", harness_source()], stdin, budget, tmp_bytes, memory,
+                                                   self.max_processes)
             else:
-                proc = subprocess.run([sys.executable, "-I", "-S", "-c", HARNESS.read_text()], input=stdin,
+                proc = subprocess.run([sys.executable, "-I", "-S", "-c", harness_source()], input=stdin,
                                       capture_output=True, timeout=budget, cwd="/",
                                       env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"})
                 code, stdout, stderr = proc.returncode, proc.stdout, proc.stderr
