@@ -3,6 +3,7 @@ with exit code 2 and no traceback, before anything loads; internal errors keep t
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -122,13 +123,21 @@ GRPO_CASES = [
     ("callback typo", {"callbacks": ["heldout_acuracy"]}, [], "callback"),
     ("unknown benchmark", {"callbacks": ["evaluate_benchmarks"], "benchmarks": ["math500"]}, [], "benchmarks"),
     ("unknown recipe key", {"num_generation": 4}, [], "num_generation"),
+    ("unknown report integration", {"report_to": "tensorbord"}, [], "report_to"),
+    pytest.param("report integration not installed", {"report_to": ["swanlab"]}, [], "report_to",
+                 marks=pytest.mark.skipif(importlib.util.find_spec("swanlab") is not None, reason="swanlab installed"),
+                 id="report integration not installed"),
+    ("unknown attention", {"attn_implementation": "sdpaa"}, [], "attn_implementation"),
+    ("broken chat template", {"chat_template": "{{ bad"}, [], "chat_template"),
+    ("push while the Hub is offline", {"push_to_hub": True, "hub_model_id": "me/model"}, [], "push_to_hub"),
     ("unknown flag", {}, ["--learnig_rate", "1e-4"], "learnig_rate"),
     ("missing recipe", None, [], "--config"),
 ]
 
 
 @pytest.mark.parametrize("dry", [True, False], ids=["dry-run", "run"])
-@pytest.mark.parametrize(("case", "keys", "flags", "field"), GRPO_CASES, ids=[c[0] for c in GRPO_CASES])
+@pytest.mark.parametrize(("case", "keys", "flags", "field"),
+                         [pytest.param(*c, id=c[0]) if type(c) is tuple else c for c in GRPO_CASES])
 def test_grpo_bad_input_is_one_line_naming_the_field(inputs, tiny_model_dir, capsys, monkeypatch,
                                                      case, keys, flags, field, dry):
     def must_not_load(*args, **kwargs):

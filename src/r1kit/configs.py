@@ -307,6 +307,22 @@ def apply_machine_defaults(args: Any) -> None:
     if not has_gpu:
         args.dataloader_pin_memory = False
     _check_deepspeed_field(args.deepspeed)
+    _check_report_to(args.report_to)
+
+
+# Integrations `report_to` names, and the module each needs (transformers fails only when the trainer is built).
+REPORT_TO_MODULES = {
+    "wandb": "wandb", "tensorboard": "tensorboard", "mlflow": "mlflow", "comet_ml": "comet_ml", "trackio": "trackio",
+    "clearml": "clearml", "neptune": "neptune", "codecarbon": "codecarbon", "swanlab": "swanlab", "dvclive": "dvclive",
+    "dagshub": "dagshub", "azure_ml": "azureml", "flyte": "flytekit", "kubeflow": "kubeflow",
+}
+
+
+def _check_report_to(report_to: Any) -> None:
+    """Names only: whether each is installed is checked before the run loads anything (`preflight.check_inputs`)."""
+    names = [report_to] if isinstance(report_to, str) else list(report_to or [])
+    for name in names:
+        check_choice("report_to", name, ("none", "all", *REPORT_TO_MODULES))
 
 
 def _check_deepspeed_field(deepspeed: Any) -> None:
@@ -336,6 +352,8 @@ def check_grpo_fields(args: Any) -> None:
     if not isinstance(args.scale_rewards, bool):
         check_choice("scale_rewards", args.scale_rewards, SCALE_REWARDS, "or true / false")
     check_choice("vllm_mode", args.vllm_mode, VLLM_MODES)
+    if args.chat_template is not None:
+        check_chat_template(args.chat_template)
     check_range(
         args,
         [
@@ -365,6 +383,20 @@ def check_grpo_fields(args: Any) -> None:
         raise ConfigError(f"max_steps must be a positive number of steps (or -1 to train num_train_epochs), got {args.max_steps}")
     if args.max_steps == -1 and not args.num_train_epochs > 0:
         raise ConfigError(f"num_train_epochs must be > 0 when max_steps is -1, got {args.num_train_epochs}")
+
+
+def check_chat_template(template: Any, field: str = "chat_template") -> None:
+    """A chat template must be Jinja that compiles (transformers would fail at the first prompt, mid-start)."""
+    import jinja2
+    import jinja2.ext
+    import jinja2.sandbox
+
+    if not isinstance(template, str):
+        raise ConfigError(f"{field} must be a Jinja template string, got {template!r}")
+    try:
+        jinja2.sandbox.ImmutableSandboxedEnvironment(extensions=[jinja2.ext.loopcontrols]).parse(template)
+    except jinja2.TemplateSyntaxError as e:
+        raise ConfigError(f"{field}: not a valid Jinja template (line {e.lineno}: {e.message})") from None
 
 
 def _looks_like_path(value: str) -> bool:

@@ -313,9 +313,54 @@ def check_inputs(script_args: Any, training_args: Any, model_args: Any, create_o
         check_dataset_source(script_args.dataset_name, "dataset_name")
     check_model_source(model_args.model_name_or_path, "model_name_or_path", model_args.model_revision,
                        getattr(model_args, "gguf_file", None))
+    check_attn_implementation(model_args.attn_implementation)
+    check_report_to_installed(training_args.report_to)
     if "evaluate_benchmarks" in (getattr(training_args, "callbacks", None) or []):
         check_benchmark_names(training_args.benchmarks)
+    if getattr(training_args, "push_to_hub", False):
+        check_hub_push(training_args.hub_model_id)
     check_output_dir(training_args.output_dir, create=create_output_dir)
+
+
+def check_report_to_installed(report_to: Any) -> None:
+    """Each `report_to` integration needs its package; transformers finds out only when the trainer is built."""
+    from r1kit.configs import REPORT_TO_MODULES
+
+    for name in [report_to] if isinstance(report_to, str) else list(report_to or []):
+        module = REPORT_TO_MODULES.get(name)
+        if module and not installed(module) and not (name == "tensorboard" and installed("tensorboardX")):
+            raise ConfigError(f"report_to: {name} is not installed: pip install {module}, or set report_to: none")
+
+
+def check_attn_implementation(name: str | None, field: str = "attn_implementation") -> None:
+    """An attention implementation transformers knows (flash-attention ones fall back to sdpa on CPU later), or a
+    Hub kernel (`org/repo`)."""
+    if name is None or "/" in name:
+        return
+    from transformers import AttentionInterface
+
+    valid = ["eager", *AttentionInterface._global_mapping]
+    if name not in valid and not (name.startswith("paged|") and name[len("paged|") :] in valid):
+        from r1kit.configs import check_choice
+
+        check_choice(field, name, valid)
+
+
+def check_hub_push(hub_model_id: str | None, field: str = "push_to_hub") -> None:
+    """`push_to_hub: true` needs the Hub and a login; the trainer would otherwise fail while it is being built."""
+    offline = hub_offline("model")
+    if offline:
+        raise ConfigError(f"{field}: true, but {offline}=1 keeps the Hub away; set push_to_hub: false, or unset {offline}")
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import LocalTokenNotFoundError
+
+    try:
+        HfApi().whoami()
+    except LocalTokenNotFoundError:
+        raise ConfigError(f"{field}: true, but you are not logged in to the Hub: run hf auth login (or set HF_TOKEN)") from None
+    except Exception as e:  # noqa: BLE001 - DNS, refused connection, an expired token
+        reason = " ".join(str(e).split())[:160] or type(e).__name__
+        raise ConfigError(f"{field}: true, but the Hub cannot be used ({reason}); set push_to_hub: false, or fix the network or login") from None
 
 
 def check_sft_inputs(script_args: Any, training_args: Any, model_args: Any) -> None:
