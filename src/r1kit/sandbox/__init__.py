@@ -11,9 +11,10 @@ routers over HTTP, or their SDKs from `pip install r1kit[code]`).
 
 from __future__ import annotations
 
+import base64
 import json
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 PASSED = "passed"
 WRONG_ANSWER = "wrong_answer"
@@ -103,11 +104,17 @@ HARNESS_STATUSES = (PASSED, RUNTIME_ERROR, TIME_LIMIT, MEMORY_LIMIT)
 CUT_SHORT = "the harness stopped before this test finished: the program killed, stalled or confused it"
 
 
+def _text64(value: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError("malformed text")
+    return base64.b64decode(value, validate=True).decode("utf-8", "replace")
+
+
 def _result_line(line: dict) -> TestResult:
     r = line["result"]
-    if r["status"] not in HARNESS_STATUSES or not isinstance(r["stdout"], str) or not isinstance(r["stderr"], str):
+    if r["status"] not in HARNESS_STATUSES:
         raise TypeError("malformed result")
-    return TestResult(r["status"], r["stdout"], r["stderr"], float(r["seconds"]))
+    return TestResult(r["status"], _text64(r["stdout64"]), _text64(r["stderr64"]), float(r["seconds"]))
 
 
 def parse_reply(program: Program, lines: list[str]) -> list[TestResult]:
@@ -134,8 +141,9 @@ def parse_reply(program: Program, lines: list[str]) -> list[TestResult]:
         compiled = next(items, None)
         try:
             if not compiled["compile"]["ok"]:
-                return [TestResult(COMPILE_ERROR, stderr=str(compiled["compile"]["stderr"])) for _ in program.inputs]
-        except (TypeError, KeyError):
+                stderr = _text64(compiled["compile"]["stderr64"])
+                return [TestResult(COMPILE_ERROR, stderr=stderr) for _ in program.inputs]
+        except (TypeError, KeyError, ValueError):
             return [TestResult(RUNTIME_ERROR, stderr=CUT_SHORT) for _ in program.inputs]
     for item in items:
         if len(results) == len(program.inputs):

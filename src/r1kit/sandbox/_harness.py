@@ -1,13 +1,15 @@
 """The test runner that runs next to a program, inside its jail, as the same unprivileged user. Standard library only:
 it runs with `python -I -S`, locally inside bubblewrap (see `jail.py`) or as the script of a remote sandbox.
 
-It reads one JSON request on stdin: {language, code, inputs, time_limit, memory_mb, max_output, nproc, argv, files,
-contained}, and answers with JSON lines on stdout:
+It reads one request on stdin (a `marshal`led dict: {language, code, inputs, time_limit, memory_mb, max_output,
+nproc, argv, files, contained}), and answers with JSON lines on stdout (outputs base64-encoded):
 
     {"ready": true}                       setup done; from here on only the program can make things fail
-    {"compile": {"ok": bool, "stderr": str}}           C++ only
-    {"result": {status, stdout, stderr, exit_code, signal, seconds}}   one per test, in order
+    {"compile": {"ok": bool, "stderr64": str}}         C++ only
+    {"result": {status, stdout64, stderr64, exit_code, signal, seconds}}   one per test, in order
     {"done": true}
+
+It imports only what it needs before a test starts (each import is start-up time paid per program).
 
 It never sees expected outputs: judging happens in the trainer. Each test runs in its own child (forked from this
 interpreter for Python, exec'd from the compiled binary for C++) with CPU-time, address-space, process, open-file and
@@ -17,15 +19,15 @@ program cannot open its descriptors through /proc or trace it. Inside a jail of 
 left over after a test is killed.
 """
 
-import json
+import binascii
+import marshal
 import os
 import resource
-import signal
 import sys
 import time
-import traceback
 
 PASSED, RUNTIME, TIMEOUT, MEMORY = "passed", "runtime_error", "time_limit", "memory_limit"
+SIGKILL, SIGXCPU, SIGXFSZ = 9, 24, 25  # numbers, not the `signal` module: it costs an enum import per program
 COMPILE_LIMITS = {"memory_mb": 2048, "cpu_seconds": 30, "wall_seconds": 60, "output": 64 << 20, "nproc": 64}
 READ_LIMIT = 4000
 
@@ -92,6 +94,8 @@ def run_python_in_child(code, argv):
         sys.stderr.write("MemoryError\n")
         status = 1
     except BaseException:  # noqa: BLE001 - report the program's own error
+        import traceback
+
         traceback.print_exc()
         status = 1
     try:
@@ -132,7 +136,7 @@ def wait(pid, seconds, contained):
             break
         if time.monotonic() >= deadline:
             try:
-                os.killpg(pid, signal.SIGKILL)
+                os.killpg(pid, SIGKILL)
             except OSError:
                 pass
             os.waitpid(pid, 0)
@@ -150,12 +154,12 @@ def kill_leftovers(pid, contained):
     for _ in range(200):
         if contained:
             try:
-                os.kill(-1, signal.SIGKILL)
+                os.kill(-1, SIGKILL)
             except OSError:
                 pass
         else:
             try:
-                os.killpg(pid, signal.SIGKILL)
+                os.killpg(pid, SIGKILL)
             except OSError:
                 pass
         reap()
@@ -176,10 +180,10 @@ def reap():
 def classify(wait_status, stderr):
     """(status, exit code, signal) of a finished test."""
     if wait_status is None:
-        return TIMEOUT, None, signal.SIGKILL
+        return TIMEOUT, None, SIGKILL
     if os.WIFSIGNALED(wait_status):
         sig = os.WTERMSIG(wait_status)
-        return (TIMEOUT if sig == signal.SIGXCPU else RUNTIME), None, sig
+        return (TIMEOUT if sig == SIGXCPU else RUNTIME), None, sig
     code = os.WEXITSTATUS(wait_status)
     if code == 0:
         return PASSED, 0, None  # ran cleanly; the trainer compares the output
@@ -208,13 +212,36 @@ def run_test(request, stdin, binary_fd):
     wait_status, seconds = wait(pid, time_limit, request.get("contained", False))
     stderr = read_back(fd_err, 1 << 20)
     status, exit_code, sig = classify(wait_status, stderr)
-    if sig == signal.SIGXFSZ:
+    if sig == SIGXFSZ:
         stderr += "\noutput limit exceeded"
     stdout = read_back(fd_out, int(request["max_output"]))
     os.close(fd_out)
     os.close(fd_err)
     return {"status": status, "stdout": stdout, "stderr": stderr[-READ_LIMIT:], "exit_code": exit_code, "signal": sig,
             "seconds": round(seconds, 4)}
+
+
+TEXT_FIELDS = ("stdout", "stderr")  # the program's text: base64, so nothing it writes can break the line
+
+
+def encode_line(item):
+    """One reply line as JSON, written by hand (no `json` import): the program's text in base64, the rest fixed
+    words, numbers, booleans or null."""
+    (key, value), = item.items()
+    if not isinstance(value, dict):
+        return f'{{"{key}": true}}'
+    fields = []
+    for name, field in value.items():
+        if name in TEXT_FIELDS:
+            text = binascii.b2a_base64(str(field).encode("utf-8", "replace"), newline=False).decode()
+            fields.append(f'"{name}64": "{text}"')
+        elif isinstance(field, bool) or field is None:
+            fields.append(f'"{name}": {"null" if field is None else str(field).lower()}')
+        elif isinstance(field, str):
+            fields.append(f'"{name}": "{field}"')  # a status word
+        else:
+            fields.append(f'"{name}": {field!r}')
+    return f'{{"{key}": {{{", ".join(fields)}}}}}'
 
 
 def compile_cpp(request):
@@ -288,13 +315,13 @@ def serve(request, emit):
 
 
 def main():
-    request = json.loads(sys.stdin.read())
+    request = marshal.loads(sys.stdin.buffer.read())
     reply = os.fdopen(os.dup(1), "w")
     devnull = os.open(os.devnull, os.O_RDWR)
     os.dup2(devnull, 0)
 
     def emit(line):
-        reply.write(json.dumps(line) + "\n")
+        reply.write(encode_line(line) + "\n")
         reply.flush()
 
     serve(request, emit)

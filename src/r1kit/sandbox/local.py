@@ -18,8 +18,8 @@ its resource limits and says so loudly.
 from __future__ import annotations
 
 import functools
-import json
 import logging
+import marshal
 import os
 import random
 import subprocess
@@ -163,7 +163,7 @@ class LocalProvider:
         request = self._request(program)
         budget = STARTUP_SECONDS + (COMPILE_SECONDS if program.language == "cpp" else 0)
         budget += len(program.inputs) * (program.time_limit + 1.0)
-        stdin = json.dumps(request).encode()
+        stdin = marshal.dumps(request)
         try:
             if self.isolate:
                 tmp_bytes = (program.memory_mb - request["memory_mb"]) << 20

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import marshal
 import os
 import random
 import time
@@ -166,7 +167,8 @@ def remote_script(program: Program) -> str:
     assert source.endswith(_GUARD), "the harness must end with its main guard"
     request = harness_request(program)
     return source[: -len(_GUARD)] + (
-        f"\nserve(json.loads({json.dumps(request)!r}), lambda line: print(json.dumps(line), flush=True))\n"
+        f"\nserve(marshal.loads(bytes.fromhex({marshal.dumps(request).hex()!r})), "
+        "lambda line: print(encode_line(line), flush=True))\n"
     )
 
 
