@@ -210,3 +210,22 @@ def test_missing_sdk_is_a_clear_message(monkeypatch):
     monkeypatch.setitem(sys.modules, "e2b_code_interpreter", None)
     with pytest.raises(ImportError, match=r"pip install 'r1kit\[code\]'"):
         get_provider("e2b")
+
+
+@pytest.mark.parametrize("kind", ["e2b", "morph"])
+def test_a_remote_time_out_after_the_harness_started_is_wrong_not_none(server, kind):
+    """The program stalls its second test past the remote time-out: the sandbox answers with an error, but the
+    harness had started, so the finished test is judged and the rest is wrong (never a skipped None)."""
+
+    def handle(path, body, n):
+        assert body["timeout"] >= 15 + 2 * 3  # our time-out covers start-up and every test at its limit
+        stdout, _, _ = run_python(body["scripts"][0])
+        cut = "\n".join(stdout.splitlines()[:2]) + "\n"  # ready + the first result, then the sandbox gave up
+        item = ({"execution": {"logs": {"stdout": [cut]}}, "exception_str": "TimeoutError"} if kind == "e2b"
+                else {"stdout": cut, "exception_str": "timeout"})
+        return 200, [item]
+
+    fake = server(handle)
+    program = Program("print(input())", inputs=["a\n", "b\n"], expected=["a\n", "b\n"], time_limit=2)
+    results = get_provider(kind, router_url=fake.url).execute([program])[0]
+    assert [r.status for r in results] == [PASSED, "runtime_error"]

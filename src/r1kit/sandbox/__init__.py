@@ -156,6 +156,13 @@ def parse_reply(program: Program, lines: list[str]) -> list[TestResult]:
     return [judge(r, expected) for r, expected in zip(results, program.expected)]
 
 
+def program_budget(program: Program, startup: float = 15.0, compile_seconds: float = 60.0) -> float:
+    """Wall seconds a sandbox may take for `program` before it is stopped: start-up, the compile, every test at its
+    limit. Past it, a program that got its harness ready is judged on what finished (the rest is wrong)."""
+    compiling = compile_seconds if program.language == "cpp" else 0.0
+    return startup + compiling + len(program.inputs) * (program.time_limit + 1.0)
+
+
 def harness_request(program: Program, max_output: int = 16 << 20, max_processes: int = 64) -> dict:
     """The request `_harness.serve` takes for `program` (never the expected outputs)."""
     return {

@@ -29,7 +29,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from r1kit.sandbox import SANDBOX_ERROR, Program, TestResult, harness_request, parse_reply
+from r1kit.sandbox import SANDBOX_ERROR, Program, TestResult, harness_request, parse_reply, program_budget
 from r1kit.sandbox.jail import (
     LAUNCHER,
     ROOT_UID_RANGE,
@@ -161,8 +161,7 @@ class LocalProvider:
         if not program.inputs:
             return []
         request = self._request(program)
-        budget = STARTUP_SECONDS + (COMPILE_SECONDS if program.language == "cpp" else 0)
-        budget += len(program.inputs) * (program.time_limit + 1.0)
+        budget = program_budget(program, STARTUP_SECONDS, COMPILE_SECONDS)
         stdin = marshal.dumps(request)
         try:
             if self.isolate:

@@ -36,6 +36,7 @@ from r1kit.sandbox import (
     harness_request,
     judge,
     parse_reply,
+    program_budget,
 )
 
 logger = logging.getLogger(__name__)
@@ -172,6 +173,17 @@ def remote_script(program: Program) -> str:
     )
 
 
+def stdout_or_error(stdout: str, error: str | None) -> str | Exception:
+    """The script's stdout when the harness got ready (an error after that, such as the sandbox's time-out, is the
+    program's doing and the reply parser makes the unfinished tests wrong); else the error (infrastructure: None)."""
+    if error is None or READY_LINE in stdout.splitlines():
+        return stdout
+    return RemoteError(error)
+
+
+READY_LINE = '{"ready": true}'
+
+
 class _ScriptProvider:
     """Shared by E2B and Morph: one remote script per program, through a router (HTTP) or the SDK."""
 
@@ -190,11 +202,13 @@ class _ScriptProvider:
     def execute(self, programs: list[Program]) -> list[list[TestResult]]:
         todo = [p for p in programs if p.inputs]
         scripts = [remote_script(p) for p in todo]
+        # a program with many tests needs longer than the default: it must not be cut short by our own time-out
+        timeout = max([self.timeout, *(program_budget(p) for p in todo)])
         if self.router_url:
-            outputs = self._via_router(scripts)
+            outputs = self._via_router(scripts, timeout)
         else:
             with ThreadPoolExecutor(max_workers=self.num_parallel) as pool:
-                outputs = list(pool.map(self._via_sdk_safely, scripts))
+                outputs = list(pool.map(lambda script: self._via_sdk_safely(script, timeout), scripts))
         results = iter(outputs)
         out = []
         for program in programs:
@@ -211,21 +225,21 @@ class _ScriptProvider:
                 out.append(_failed(program, f"{self.name}: no reply from the harness ({e})"))
         return out
 
-    def _via_router(self, scripts: list[str]) -> list[str | Exception]:
+    def _via_router(self, scripts: list[str], timeout: float) -> list[str | Exception]:
         url = self.router_url if "://" in self.router_url else f"http://{self.router_url}"
-        body = {"scripts": scripts, "languages": ["python"] * len(scripts), "timeout": int(self.timeout),
+        body = {"scripts": scripts, "languages": ["python"] * len(scripts), "timeout": int(timeout),
                 "request_timeout": int(self.request_timeout)}
         try:
-            answer = post_json(f"{url.rstrip('/')}/execute_batch", body, self.timeout + self.request_timeout, self.retries)
+            answer = post_json(f"{url.rstrip('/')}/execute_batch", body, timeout + self.request_timeout, self.retries)
         except RemoteError as e:
             return [e] * len(scripts)
         if not isinstance(answer, list) or len(answer) != len(scripts):
             return [RemoteError("router answered with the wrong number of results")] * len(scripts)
         return [self._router_stdout(item) for item in answer]
 
-    def _via_sdk_safely(self, script: str) -> str | Exception:
+    def _via_sdk_safely(self, script: str, timeout: float) -> str | Exception:
         try:
-            return self._via_sdk(script)
+            return self._via_sdk(script, timeout)
         except Exception as e:  # noqa: BLE001 - an SDK failure is a sandbox error for this program only
             return e
 
@@ -243,23 +257,28 @@ class E2BProvider(_ScriptProvider):
 
     @staticmethod
     def _router_stdout(item: dict) -> str | Exception:
-        if item is None or item.get("exception_str"):
-            return RemoteError((item or {}).get("exception_str") or "no execution")
+        if not isinstance(item, dict):
+            return RemoteError("no execution")
         execution = item.get("execution") or {}
-        return "".join((execution.get("logs") or {}).get("stdout") or [])
+        stdout = "".join((execution.get("logs") or {}).get("stdout") or [])
+        return stdout_or_error(stdout, item.get("exception_str"))
 
-    def _via_sdk(self, script: str) -> str:
+    def _via_sdk(self, script: str, timeout: float) -> str:
         from e2b_code_interpreter import AsyncSandbox
 
         async def run() -> str:
-            sandbox = await AsyncSandbox.create(timeout=int(self.timeout), request_timeout=self.request_timeout)
+            sandbox = await AsyncSandbox.create(timeout=int(timeout + self.request_timeout),
+                                                request_timeout=self.request_timeout)
             try:
                 execution = await asyncio.wait_for(
-                    sandbox.run_code(script, language="python", timeout=self.timeout), self.timeout + self.request_timeout
+                    sandbox.run_code(script, language="python", timeout=timeout), timeout + self.request_timeout
                 )
-                if execution.error is not None:
-                    raise RemoteError(f"{execution.error.name}: {execution.error.value}")
-                return "".join(execution.logs.stdout)
+                stdout = "".join(execution.logs.stdout)
+                error = None if execution.error is None else f"{execution.error.name}: {execution.error.value}"
+                result = stdout_or_error(stdout, error)
+                if isinstance(result, Exception):
+                    raise result
+                return result
             finally:
                 await sandbox.kill()
 
@@ -281,19 +300,21 @@ class MorphProvider(_ScriptProvider):
 
     @staticmethod
     def _router_stdout(item: dict) -> str | Exception:
-        if item is None or item.get("exception_str"):
-            return RemoteError((item or {}).get("exception_str") or "no execution")
-        return item.get("text") or item.get("stdout") or ""
+        if not isinstance(item, dict):
+            return RemoteError("no execution")
+        return stdout_or_error(item.get("stdout") or item.get("text") or "", item.get("exception_str"))
 
-    def _via_sdk(self, script: str) -> str:
+    def _via_sdk(self, script: str, timeout: float) -> str:
         from morphcloud.sandbox import Sandbox
 
-        sandbox = Sandbox.new(ttl_seconds=int(self.timeout + self.request_timeout))
+        sandbox = Sandbox.new(ttl_seconds=int(timeout + self.request_timeout))
         try:
-            result = sandbox.run_code(script, language="python", timeout=self.timeout)
-            if getattr(result, "exception_str", None):
-                raise RemoteError(result.exception_str)
-            return getattr(result, "stdout", None) or getattr(result, "text", None) or ""
+            result = sandbox.run_code(script, language="python", timeout=timeout)
+            stdout = getattr(result, "stdout", None) or getattr(result, "text", None) or ""
+            outcome = stdout_or_error(stdout, getattr(result, "exception_str", None))
+            if isinstance(outcome, Exception):
+                raise outcome
+            return outcome
         finally:
             sandbox.close()
             sandbox.shutdown()
