@@ -160,8 +160,15 @@ def score_code(items: list[dict], completions: list[list[str]], provider=None) -
     """1.0 when the problem's `check()` ran to its end against the candidate in the sandbox; None for a sandbox
     failure (infrastructure)."""
     from r1kit.sandbox import SANDBOX_ERROR, Program, get_provider
+    from r1kit.sandbox.jail import JailUnavailable
 
-    provider = provider or get_provider("local")
+    if provider is None:
+        try:
+            provider = get_provider("local")
+        except JailUnavailable as e:
+            from r1kit.configs import ConfigError
+
+            raise ConfigError(f"benchmark humaneval: {e}") from None
     programs = [Program(humaneval_program(item, c), inputs=[""], time_limit=10.0) for item, cs in zip(items, completions) for c in cs]
     flat = [r[0] for r in provider.execute(programs)]
     out, k = [], 0
