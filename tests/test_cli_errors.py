@@ -83,6 +83,9 @@ GRPO_CASES = [
     ("test split leaves no rows", {"dataset_name": None, "dataset_mixture": {**mixture("data/one.jsonl"),
                                                                           "test_split_size": 0.5}}, [],
      "dataset_mixture.test_split_size"),
+    ("mixture weight as text", {"dataset_name": None, "dataset_mixture": mixture({"id": "data/math.jsonl",
+                                                                                 "weight": "half"})}, [],
+     "dataset_mixture.datasets[0].weight"),
     ("fewer rows than one generation batch", {"dataset_name": "data/one.jsonl"}, [], "dataset_train_split"),
     ("missing train split", {"dataset_train_split": "training"}, [], "dataset_train_split"),
     ("missing prompt column", {"dataset_prompt_column": "question"}, [], "dataset_prompt_column"),
@@ -222,6 +225,8 @@ SFT_CASES = [
     ("text for a number", {}, ["--learning_rate", "abc"], "learning_rate"),
     ("unknown key", {"max_lenght": 64}, [], "max_lenght"),
     ("unknown scheduler", {"lr_scheduler_type": "cosin"}, [], "lr_scheduler_type"),
+    ("no training rows", {"train_size": 0}, [], "train_size"),
+    ("accuracy target above 1", {"stop_at_accuracy": 40}, [], "stop_at_accuracy"),
     ("missing recipe", None, [], "--config"),
 ]
 

@@ -125,6 +125,14 @@ def parse_dataset_mixture(mixture: Any) -> DatasetMixtureConfig:
                 "valid keys: id, config, split, columns, weight"
             )
         weight = entry.get("weight", 1.0)
+        if weight is not None and (isinstance(weight, bool) or not isinstance(weight, (int, float))):
+            raise ConfigError(f"dataset_mixture.datasets[{i}].weight must be a number in [0, 1], got {weight!r}")
+        for key, kind in (("id", str), ("config", str), ("split", str), ("columns", list)):
+            if entry.get(key) is not None and not isinstance(entry[key], kind):
+                raise ConfigError(
+                    f"dataset_mixture.datasets[{i}].{key} must be a {'list of column names' if kind is list else 'string'}, "
+                    f"got {entry[key]!r}"
+                )
         if weight is not None and not (0.0 <= float(weight) <= 1.0):
             raise ConfigError(f"dataset_mixture.datasets[{i}].weight must be in [0, 1] (fraction of rows kept), got {weight}")
         members.append(
@@ -143,6 +151,9 @@ def parse_dataset_mixture(mixture: Any) -> DatasetMixtureConfig:
             f"Found different column sets: {[sorted(s) for s in column_sets]}"
         )
     test_split_size = mixture.get("test_split_size")
+    for key, value in (("seed", mixture.get("seed", 0)), ("test_split_size", test_split_size)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise ConfigError(f"dataset_mixture.{key} must be a number, got {value!r}")
     if test_split_size is not None and not (0.0 < float(test_split_size) < 1.0):
         raise ConfigError(f"dataset_mixture.test_split_size must be in (0, 1), got {test_split_size}")
     return DatasetMixtureConfig(datasets=members, seed=mixture.get("seed", 0), test_split_size=test_split_size)
@@ -184,6 +195,13 @@ class GRPOScriptArguments(ScriptArguments):
             is the number of cores.
         e2b_router_url (`str` or `None`), morph_router_url (`str` or `None`): routers for the remote sandboxes.
         ioi_provider (`str`, defaults to `"local"`): back end of `ioi_code` (`local` or `piston`; Open-R1: piston).
+        ioi_test_cases (`str`, defaults to `"open-r1/ioi-test-cases"`): tests of IOI rows without inline `test_cases`:
+            a Hub dataset with one config per year, or a local file or folder with the same columns (`problem_id`,
+            `test_name`, `test_input`, `test_output`; a folder may hold one file per year, named by the year).
+        cf_tests_folder (`str` or `None`, defaults to `$CF_TESTS_FOLDER`): Codeforces generated tests,
+            `test_cases_<contest:04d>.parquet` with `problem_id`, `input`, `output`, added to `official_tests`.
+        cf_patch_code (`bool`, defaults to `False`): `cf_code` fixes common slips before running (Python imports
+            moved in Python 3, missing C++ includes), as Open-R1's `patch_code` option does.
         allow_unsandboxed_code_execution (`bool`, defaults to `False`): where no jail can run, let the `local`
             provider run model-written programs with only resource limits (your user's files, network and processes
             exposed). Off, a run with a local code reward stops before training and says what to install.
@@ -230,6 +248,15 @@ class GRPOScriptArguments(ScriptArguments):
     e2b_router_url: str | None = field(default=None, metadata={"help": "E2B router host:port."})
     morph_router_url: str | None = field(default=None, metadata={"help": "Morph router host:port."})
     ioi_provider: str = field(default="local", metadata={"help": "ioi_code back end: local or piston."})
+    ioi_test_cases: str = field(
+        default="open-r1/ioi-test-cases",
+        metadata={"help": "Where ioi_code finds tests: a Hub dataset (one config per year) or a local file/folder."},
+    )
+    cf_tests_folder: str | None = field(
+        default=None,
+        metadata={"help": "Folder of Codeforces generated tests (test_cases_<contest>.parquet); default $CF_TESTS_FOLDER."},
+    )
+    cf_patch_code: bool = field(default=False, metadata={"help": "cf_code: fix common Python-import / C++-include slips."})
     allow_unsandboxed_code_execution: bool = field(
         default=False,
         metadata={"help": "DANGER: with code_provider local and no jail available, run model-written code without one."},

@@ -366,10 +366,14 @@ def check_hub_push(hub_model_id: str | None, field: str = "push_to_hub") -> None
 def check_sft_inputs(script_args: Any, training_args: Any, model_args: Any) -> None:
     """What an `r1kit sft` recipe points at: the built-in task, the model (or `r1kit:scratch`), the output folder and
     the folder the model is published to."""
+    from r1kit.configs import check_range
     from r1kit.modeling import BUILTIN_MODELS
 
     if script_args.dataset_name != "r1kit:addition":
         raise ConfigError(f"dataset_name: r1kit sft trains the built-in task r1kit:addition, got {script_args.dataset_name!r}")
+    check_range(script_args, [("train_size", ">=", 1), ("heldout_size", ">=", 1), ("eval_every_steps", ">=", 1),
+                              ("stop_at_accuracy", ">=", 0), ("stop_at_accuracy", "<=", 1), ("hidden_size", ">=", 1),
+                              ("num_layers", ">=", 1), ("num_heads", ">=", 1)])
     check_model_source(model_args.model_name_or_path, "model_name_or_path", model_args.model_revision,
                        getattr(model_args, "gguf_file", None), builtins=("scratch", *BUILTIN_MODELS))
     check_output_dir(training_args.output_dir)
