@@ -60,8 +60,8 @@ REWARD_FUNCS_REGISTRY: dict[str, RewardSpec] = {
         _spec("code_format", "format:make_code_format_reward", (), "format with a fenced code block in the answer"),
         _spec("code", "code:make_code_reward", ("verification_info",), "fraction of test cases passed (sandbox)"),
         _spec("binary_code", "code:make_binary_code_reward", ("verification_info",), "1.0 iff all test cases pass"),
-        _spec("ioi_code", "code:make_ioi_code_reward", ("id", "subtask", "test_cases"), "IOI subtask score"),
-        _spec("cf_code", "code:make_cf_code_reward", ("official_tests",), "Codeforces score with checkers"),
+        _spec("ioi_code", "competitive:make_ioi_code_reward", ("id", "subtask", "test_names"), "IOI subtask score"),
+        _spec("cf_code", "competitive:make_cf_code_reward", ("official_tests",), "Codeforces score with checkers"),
     ]
 }
 
@@ -92,6 +92,15 @@ def check_reward_names(names: list[str]) -> None:
 def required_columns(names: list[str]) -> dict[str, tuple[str, ...]]:
     """Dataset columns each selected reward reads, keyed by reward name."""
     return {n: REWARD_FUNCS_REGISTRY[n].columns for n in names if n in REWARD_FUNCS_REGISTRY}
+
+
+def __getattr__(name: str) -> Any:
+    """Open-R1's reward API (`accuracy_reward`, `get_cosine_scaled_reward`, ...), imported on first use."""
+    from r1kit.rewards import open_r1
+
+    if name in open_r1.OPEN_R1_NAMES:
+        return getattr(open_r1, name)
+    raise AttributeError(f"module 'r1kit.rewards' has no attribute {name!r}")
 
 
 def get_reward_funcs(script_args: Any, training_args: Any = None) -> list[Callable]:

@@ -1,8 +1,10 @@
-"""Code-execution rewards: code, binary_code (Open-R1's `verification_info` rows), ioi_code (IOI subtasks) and
-cf_code (Codeforces, with checker programs), scored in a sandbox (`r1kit.sandbox`).
+"""Code-execution rewards on Open-R1's `verification_info` rows (code, binary_code), run in a sandbox
+(`r1kit.sandbox`), and what every code reward shares: code extraction, row validation, the provider, the counters.
+IOI and Codeforces live in `r1kit.rewards.competitive`.
 
-Failure policy: zero test cases, or a sandbox that failed (could not start, remote 5xx), make the sample `None` and
-are counted in `rewards/<name>/sandbox_errors`; a program that fails its tests scores like any wrong answer.
+Failure policy: a row that cannot be judged, or a sandbox that failed (could not start, remote 5xx), make the sample
+`None`, counted in `rewards/<name>/bad_rows` or `rewards/<name>/sandbox_errors`; anything the program does (crash,
+time-out, a harness it broke) scores like any wrong answer.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Any
 
 from r1kit.rewards._text import per_sample, texts
 from r1kit.rewards.format import fenced_blocks
-from r1kit.sandbox import COMPILE_ERROR, LANGUAGES, SANDBOX_ERROR, Program, TestResult, get_provider
+from r1kit.sandbox import LANGUAGES, SANDBOX_ERROR, Program, get_provider
 
 logger = logging.getLogger(__name__)
 
@@ -44,7 +46,7 @@ class BadRow(ValueError):
     """A dataset row the reward cannot judge; the message names the problem."""
 
 
-def _as_dict(value: Any, column: str = "verification_info") -> dict:
+def as_mapping(value: Any, column: str = "verification_info") -> dict:
     if isinstance(value, str):
         try:
             value = json.loads(value)
@@ -55,7 +57,7 @@ def _as_dict(value: Any, column: str = "verification_info") -> dict:
     return value
 
 
-def _text_field(case: Any, key: str, where: str) -> str:
+def text_field(case: Any, key: str, where: str) -> str:
     """A test's input or output: a string (numbers are taken as their text); missing or None is a bad row, never
     "empty"."""
     if not isinstance(case, dict):
@@ -66,7 +68,7 @@ def _text_field(case: Any, key: str, where: str) -> str:
     return str(value)
 
 
-def _positive(value: Any, name: str, default: float) -> float:
+def positive_number(value: Any, name: str, default: float) -> float:
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or value != value:
@@ -74,7 +76,7 @@ def _positive(value: Any, name: str, default: float) -> float:
     return float(value)
 
 
-def _language(value: Any, default: str) -> str:
+def known_language(value: Any, default: str) -> str:
     language = normalise_language(value if isinstance(value, str) else None, default)
     if value is not None and not isinstance(value, str) or language not in LANGUAGES:
         raise BadRow(f"unknown language {value!r}; supported: {', '.join(LANGUAGES)}")
@@ -85,8 +87,8 @@ def test_cases_program(info: Any, text: str, default_language: str) -> Program:
     """The program a `verification_info` row asks for (Open-R1's schema: language, test_cases [{input, output,
     type}], optional time_limit and memory_limit), with the completion's code. Raises BadRow for a row that cannot
     be judged."""
-    info = _as_dict(info)
-    language = _language(info.get("language"), default_language)
+    info = as_mapping(info)
+    language = known_language(info.get("language"), default_language)
     cases = info.get("test_cases")
     if not isinstance(cases, list) or not cases:
         raise BadRow("verification_info has no test_cases list")
@@ -95,10 +97,10 @@ def test_cases_program(info: Any, text: str, default_language: str) -> Program:
             raise BadRow(f"test case {i} has type {case.get('type')!r}; only stdin_stdout runs")
     return Program(
         code=extract_code(text, language), language=language,
-        inputs=[_text_field(c, "input", f"test case {i}") for i, c in enumerate(cases)],
-        expected=[_text_field(c, "output", f"test case {i}") for i, c in enumerate(cases)],
-        time_limit=_positive(info.get("time_limit"), "time_limit", 5.0),
-        memory_mb=int(_positive(info.get("memory_limit"), "memory_limit", 512)),
+        inputs=[text_field(c, "input", f"test case {i}") for i, c in enumerate(cases)],
+        expected=[text_field(c, "output", f"test case {i}") for i, c in enumerate(cases)],
+        time_limit=positive_number(info.get("time_limit"), "time_limit", 5.0),
+        memory_mb=int(positive_number(info.get("memory_limit"), "memory_limit", 512)),
     )
 
 
@@ -121,6 +123,10 @@ def check_code_rows(reward_names: list[str], dataset, default_language: str = "p
     """Before training: every language a dataset declares must be one the sandbox runs (an error naming the rows),
     and malformed rows are counted in one warning (they will score None)."""
     names = set(reward_names)
+    columns = set(getattr(dataset, "column_names", None) or (dataset[0].keys() if len(dataset) else []))
+    if "ioi_code" in names and not ({"test_cases"} <= columns or {"year", "id"} <= columns):
+        raise ValueError("dataset: ioi_code needs inline test_cases, or year and id columns to find the tests in "
+                         "ioi_test_cases (Open-R1's open-r1/ioi rows have year and id)")
     if not names & {"code", "binary_code", "cf_code"}:
         return
     unknown, bad = {}, []
@@ -129,7 +135,7 @@ def check_code_rows(reward_names: list[str], dataset, default_language: str = "p
             if names & {"code", "binary_code"} and "verification_info" in row:
                 test_cases_program(row["verification_info"], "", default_language)
             if "cf_code" in names and row.get("language") is not None:
-                _language(row["language"], default_language)
+                known_language(row["language"], default_language)
         except BadRow as e:
             if "unknown language" in str(e):
                 unknown.setdefault(str(e), []).append(index)
@@ -183,7 +189,7 @@ def make_provider(script_args: Any):
     return get_provider(script_args.code_provider, **options)
 
 
-def _count_errors(log_metric, name: str, count: int, bad_rows: int = 0) -> None:
+def count_errors(log_metric, name: str, count: int, bad_rows: int = 0) -> None:
     """Logs `rewards/<name>/sandbox_errors` (infrastructure failures) and `rewards/<name>/bad_rows` (rows that cannot
     be judged); both score None."""
     if log_metric is not None:
@@ -237,7 +243,7 @@ def _make_test_case_reward(name: str, script_args: Any, binary: bool) -> Callabl
     def reward(completions, verification_info=None, log_metric=None, **kwargs) -> list[float | None]:
         programs = _test_programs(completions, verification_info, script_args.code_language, rows)
         fractions, errors = _pass_fractions(provider, programs)
-        _count_errors(log_metric, name, errors, sum(p is None for p in programs))
+        count_errors(log_metric, name, errors, sum(p is None for p in programs))
         if binary:
             return [None if f is None else float(f > 0.99) for f in fractions]
         return fractions
@@ -258,209 +264,8 @@ def make_binary_code_reward(script_args: Any, training_args: Any = None) -> Call
     return _make_test_case_reward("binary_code", script_args, binary=True)
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# Test batches with early stopping (IOI, Codeforces)
-# --------------------------------------------------------------------------------------------------------------------
-def _batches(items: list, size: int) -> list[list]:
-    """Chunks of `size`; `size <= 0` means everything at once (Open-R1's generator yielded nothing then)."""
-    if size <= 0:
-        return [items] if items else []
-    return [items[i : i + size] for i in range(0, len(items), size)]
-
-
-def run_in_batches(provider, base: Program, cases: list[tuple[str, str]], batch_size: int, stop_on_failure: bool,
-                   checker: str | None = None) -> list[TestResult]:
-    """Runs `cases` (input, expected) in batches, stopping after a batch with a failure when asked."""
-    results: list[TestResult] = []
-    for batch in _batches(cases, batch_size):
-        program = Program(
-            code=base.code, language=base.language, inputs=[c[0] for c in batch],
-            expected=[None if checker else c[1] for c in batch], time_limit=base.time_limit,
-            memory_mb=base.memory_mb, files=base.files,
-        )
-        (batch_results,) = provider.execute([program])
-        if checker:
-            batch_results = _apply_checker(provider, checker, batch, batch_results)
-        results.extend(batch_results)
-        if any(r.status in (SANDBOX_ERROR, COMPILE_ERROR) for r in batch_results):
-            break
-        if stop_on_failure and not all(r.passed for r in batch_results):
-            break
-    return results
-
-
-def _apply_checker(provider, checker: str, cases, results: list[TestResult]) -> list[TestResult]:
-    """Runs the problem's checker (`checker.py input.txt correct_output.txt solution_output.txt`, printing 1 to
-    accept) on every test that ran cleanly."""
-    from r1kit.sandbox import WRONG_ANSWER
-
-    to_check = [i for i, r in enumerate(results) if r.passed]
-    programs = [
-        Program(
-            code=checker, language="python", inputs=[""], time_limit=10.0,
-            argv=["input.txt", "correct_output.txt", "solution_output.txt"],
-            files={"input.txt": cases[i][0], "correct_output.txt": cases[i][1], "solution_output.txt": results[i].stdout},
-        )
-        for i in to_check
-    ]
-    for i, (verdict,) in zip(to_check, provider.execute(programs)):
-        if verdict.status == SANDBOX_ERROR:
-            results[i].status = SANDBOX_ERROR
-        elif verdict.status != "passed" or verdict.stdout.strip() != "1":
-            results[i].status = WRONG_ANSWER
-    return results
-
-
-def _rows(columns: dict, n: int) -> list[dict]:
+def sample_rows(columns: dict, n: int) -> list[dict]:
     """Per-sample dicts of the dataset columns TRL passed as lists (trainer helpers left out)."""
     skip = {"prompts", "completion_ids", "trainer_state", "log_extra", "environments"}
     lists = {k: per_sample(v, n) for k, v in columns.items() if k not in skip}
     return [{k: v[i] for k, v in lists.items()} for i in range(n)]
-
-
-# --------------------------------------------------------------------------------------------------------------------
-# ioi_code
-# --------------------------------------------------------------------------------------------------------------------
-def _ioi_cases(row: dict) -> list[tuple[str, str]]:
-    """(input, output) pairs of an IOI row's `test_cases` (a dict by test name, ordered by `test_names`, or a list of
-    dicts or pairs). Raises BadRow."""
-    cases = row.get("test_cases")
-    names = row.get("test_names") or []
-    if isinstance(cases, dict):
-        missing = [n for n in names if n not in cases]
-        if missing:
-            raise BadRow(f"test_names {missing[:3]} are not in test_cases")
-        ordered = [cases[n] for n in names] if names else list(cases.values())
-    elif isinstance(cases, list):
-        ordered = cases
-    else:
-        raise BadRow("ioi row has no test_cases")
-    out = []
-    for i, case in enumerate(ordered):
-        if isinstance(case, (list, tuple)) and len(case) == 2:
-            case = {"input": case[0], "output": case[1]}
-        out.append((_text_field(case, "input", f"test {i}"), _text_field(case, "output", f"test {i}")))
-    if not out:
-        raise BadRow("ioi row has no test cases")
-    return out
-
-
-def _grader_files(row: dict) -> dict[str, str]:
-    files = row.get("grader_files") or []
-    try:
-        return {str(name): str(content) for name, content in files if content}
-    except (TypeError, ValueError):
-        raise BadRow("grader_files must be a list of (name, content) pairs") from None
-
-
-def make_ioi_code_reward(script_args: Any, training_args: Any = None) -> Callable:
-    """`ioi_code`: IOI subtask score (Open-R1's rule): the minimum over the subtask's tests, 1.0 for a passed test,
-    else 0.0. None for a row that cannot be judged or a sandbox failure."""
-    if script_args.ioi_provider == "local":
-        provider = get_provider("local", **_local_options(script_args))
-    else:
-        provider = get_provider(script_args.ioi_provider)
-    warnings = RowWarnings("ioi_code")
-
-    def ioi_code_reward(completions, log_metric=None, **columns) -> list[float | None]:
-        rows = _rows(columns, len(completions))
-        rewards: list[float | None] = []
-        errors = bad = 0
-        for index, (text, row) in enumerate(zip(texts(completions), rows)):
-            try:
-                cases = _ioi_cases(row)
-                base = Program(code="", language="cpp", time_limit=_positive(row.get("time_limit"), "time_limit", 2.0),
-                               memory_mb=int(_positive(row.get("memory_limit"), "memory_limit", 512)),
-                               files=_grader_files(row))
-            except BadRow as e:
-                warnings.bad(index, row, str(e))
-                bad += 1
-                rewards.append(None)
-                continue
-            base.code = extract_code(text, "cpp")
-            if not base.code.strip():
-                rewards.append(0.0)
-                continue
-            results = run_in_batches(provider, base, cases, script_args.code_eval_test_batch_size, stop_on_failure=True)
-            if any(r.status == SANDBOX_ERROR for r in results):
-                errors += 1
-                rewards.append(None)
-            else:
-                rewards.append(float(len(results) == len(cases) and all(r.passed for r in results)))
-        _count_errors(log_metric, "ioi_code", errors, bad)
-        return rewards
-
-    return ioi_code_reward
-
-
-# --------------------------------------------------------------------------------------------------------------------
-# cf_code
-# --------------------------------------------------------------------------------------------------------------------
-def cf_score(passed: int, total: int, mode: str) -> float:
-    """Open-R1's Codeforces scores: pass_fail (1 iff all pass), partial (fraction), weighted_sum (pass_fail + 0.1 x
-    fraction)."""
-    all_passed = float(passed == total)
-    if mode == "pass_fail":
-        return all_passed
-    if mode == "partial":
-        return passed / total
-    if mode == "weighted_sum":
-        return all_passed + 0.1 * passed / total
-    raise ValueError(f"code_eval_scoring_mode must be pass_fail, partial or weighted_sum, got {mode!r}")
-
-
-NO_COMPILE_REWARD, NO_SUBMISSION_REWARD = -0.1, -1.0
-
-
-def _cf_cases(row: dict) -> list[tuple[str, str]]:
-    tests = row.get("official_tests")
-    if not isinstance(tests, list) or not tests:
-        raise BadRow("official_tests is empty or not a list")
-    return [(_text_field(t, "input", f"official test {i}"), _text_field(t, "output", f"official test {i}"))
-            for i, t in enumerate(tests)]
-
-
-def make_cf_code_reward(script_args: Any, training_args: Any = None) -> Callable:
-    """`cf_code`: Codeforces score (`code_eval_scoring_mode`: pass_fail, partial or weighted_sum), with the row's
-    checker program when it has one; -0.1 for a compile error, -1.0 for no code; None for a row that cannot be judged
-    or a sandbox failure."""
-    provider = make_provider(script_args)
-    mode = script_args.code_eval_scoring_mode
-    cf_score(1, 1, mode)  # fail at start-up on a bad mode
-    warnings = RowWarnings("cf_code")
-
-    def cf_code_reward(completions, log_metric=None, **columns) -> list[float | None]:
-        rows = _rows(columns, len(completions))
-        rewards: list[float | None] = []
-        errors = bad = 0
-        for index, (text, row) in enumerate(zip(texts(completions), rows)):
-            try:
-                cases = _cf_cases(row)
-                language = _language(row.get("language"), script_args.code_language)
-                base = Program(code="", language=language, time_limit=_positive(row.get("time_limit"), "time_limit", 2.0),
-                               memory_mb=int(_positive(row.get("memory_limit"), "memory_limit", 256)))
-                checker = row.get("generated_checker") or None
-                if checker is not None and not isinstance(checker, str):
-                    raise BadRow("generated_checker must be Python source text")
-            except BadRow as e:
-                warnings.bad(index, row, str(e))
-                bad += 1
-                rewards.append(None)
-                continue
-            base.code = extract_code(text, language)
-            if not base.code.strip():
-                rewards.append(NO_SUBMISSION_REWARD)
-                continue
-            results = run_in_batches(provider, base, cases, script_args.code_eval_test_batch_size,
-                                     stop_on_failure=mode == "pass_fail", checker=checker)
-            if any(r.status == SANDBOX_ERROR for r in results):
-                errors += 1
-                rewards.append(None)
-            elif any(r.status == COMPILE_ERROR for r in results):
-                rewards.append(NO_COMPILE_REWARD)
-            else:
-                rewards.append(cf_score(sum(r.passed for r in results), len(cases), mode))
-        _count_errors(log_metric, "cf_code", errors, bad)
-        return rewards
-
-    return cf_code_reward

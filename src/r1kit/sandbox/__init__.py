@@ -39,7 +39,11 @@ class Program:
         time_limit (`float`, defaults to `5.0`): seconds of wall time per test.
         memory_mb (`int`, defaults to `512`): address-space limit per test.
         argv (`list[str]`): extra command-line arguments (e.g. file names for a checker).
-        files (`dict[str, str]`): extra files written next to the program (e.g. a checker's inputs).
+        files (`dict[str, str]`): extra files written next to the program (e.g. a grader, a header).
+        test_files (`list[dict[str, str]]`): files written before each test, one mapping per test (e.g. a checker's
+            `input.txt`, `correct_output.txt`, `solution_output.txt`).
+        output_file (`str` or `None`): the program writes its answer to this file (Codeforces file I/O) instead of
+            stdout; the file's content is judged.
     """
 
     code: str
@@ -50,6 +54,8 @@ class Program:
     memory_mb: int = 512
     argv: list[str] = field(default_factory=list)
     files: dict[str, str] = field(default_factory=dict)
+    test_files: list[dict[str, str]] = field(default_factory=list)
+    output_file: str | None = None
 
     def __post_init__(self):
         if not self.expected:
@@ -175,6 +181,8 @@ def harness_request(program: Program, max_output: int = 16 << 20, max_processes:
         "nproc": max_processes,
         "argv": program.argv,
         "files": program.files,
+        "test_files": program.test_files,
+        "output_file": program.output_file,
         "contained": False,
     }
 

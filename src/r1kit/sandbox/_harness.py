@@ -2,7 +2,7 @@
 it runs with `python -I -S`, locally inside bubblewrap (see `jail.py`) or as the script of a remote sandbox.
 
 It reads one request on stdin (a `marshal`led dict: {language, code, inputs, time_limit, memory_mb, max_output,
-nproc, argv, files, contained}), and answers with JSON lines on stdout (outputs base64-encoded):
+nproc, argv, files, test_files, output_file, contained}), and answers with JSON lines on stdout (outputs base64-encoded):
 
     {"ready": true}                       setup done; from here on only the program can make things fail
     {"compile": {"ok": bool, "stderr64": str}}         C++ only
@@ -275,13 +275,52 @@ def compile_cpp(request):
 
 
 def write_files(files):
+    """Writes `files` into the working folder, replacing what is there: never through a link the program planted
+    (O_NOFOLLOW after unlinking, O_EXCL). Raises OSError when the program made that impossible (a folder there)."""
     for name, content in (files or {}).items():
         path = os.path.basename(str(name))
         if not path or path.startswith("."):
             continue
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
         with os.fdopen(fd, "w") as f:
             f.write(str(content))
+
+
+def read_output_file(name, limit):
+    """The program's output file, read without following links or blocking on a FIFO; "" when it is not a regular
+    file."""
+    import stat
+
+    try:
+        fd = os.open(os.path.basename(name), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return ""
+    try:
+        return read_back(fd, limit) if stat.S_ISREG(os.fstat(fd).st_mode) else ""
+    finally:
+        os.close(fd)
+
+
+def run_one(request, index, binary_fd):
+    """Test `index`: its own files first (a checker's inputs, or input.txt for file I/O), then the run; with
+    `output_file`, what the program wrote there is its output."""
+    per_test = request.get("test_files") or []
+    output_file = request.get("output_file")
+    try:
+        if output_file:
+            write_files({output_file: ""})
+        write_files(per_test[index] if index < len(per_test) else {})
+    except OSError as e:
+        return {"status": RUNTIME, "stdout": "", "stderr": f"could not prepare the test's files: {e}", "exit_code": None,
+                "signal": None, "seconds": 0.0}
+    result = run_test(request, str(request["inputs"][index]), binary_fd)
+    if output_file:
+        result["stdout"] = read_output_file(output_file, int(request["max_output"]))
+    return result
 
 
 def serve(request, emit):
@@ -303,8 +342,8 @@ def serve(request, emit):
             if not compiled["ok"]:
                 emit({"done": True})
                 return
-        for stdin in request["inputs"]:
-            emit({"result": run_test(request, str(stdin), binary_fd)})
+        for index in range(len(request["inputs"])):
+            emit({"result": run_one(request, index, binary_fd)})
         emit({"done": True})
     finally:
         if workdir:

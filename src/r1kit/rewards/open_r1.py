@@ -1,0 +1,170 @@
+"""Open-R1's reward API (`open_r1.rewards`), on r1kit's implementations: porting is a change of import.
+
+    from r1kit.rewards import accuracy_reward, get_cosine_scaled_reward, get_reward_funcs   # was: open_r1.rewards
+
+Same names, same signatures, same argument order as Open-R1 (the soft-overlong reward takes `completion_ids` first,
+the factories take their positional parameters). Every function here builds the registry's reward with the given
+parameters, so there is one implementation and one failure policy; the differences from Open-R1 are r1kit's
+documented ones (README, "Differences from Open-R1"), chiefly `None` for an unparseable gold.
+
+Defaults are Open-R1's, including the code rewards' providers (`code_reward`: e2b, `ioi_code_reward`: piston): pass
+`provider_type="local"` to run in r1kit's local sandbox.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+
+@functools.lru_cache(maxsize=64)
+def _build(name: str, options: tuple[tuple[str, Any], ...] = ()) -> Callable:
+    """The registry's reward `name`, built once per set of options."""
+    from r1kit.configs import GRPOScriptArguments
+    from r1kit.rewards import REWARD_FUNCS_REGISTRY
+
+    args = GRPOScriptArguments(dataset_name="r1kit:addition", reward_funcs=[name], **dict(options))
+    return REWARD_FUNCS_REGISTRY[name].build(args)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Plain rewards
+# --------------------------------------------------------------------------------------------------------------------
+def accuracy_reward(completions: list, solution: list[str], **kwargs) -> list[float | None]:
+    """1.0 when the completion's final answer equals the gold `solution` (math-verify), else 0.0; None when the
+    gold cannot be parsed.
+
+    Example:
+        >>> accuracy_reward([[{"role": "assistant", "content": r"\\boxed{4}"}]], ["4"])
+        [1.0]
+    """
+    return _build("accuracy")(completions, solution=solution, **kwargs)
+
+
+def format_reward(completions: list, **kwargs) -> list[float]:
+    """1.0 for exactly one `<think>...</think>` block followed by one `<answer>...</answer>` block, else 0.0."""
+    return _build("format")(completions, **kwargs)
+
+
+def tag_count_reward(completions: list, **kwargs) -> list[float]:
+    """0.25 for each of `<think>`, `</think>`, `<answer>`, `</answer>` present exactly once."""
+    return _build("tag_count")(completions, **kwargs)
+
+
+def reasoning_steps_reward(completions: list, **kwargs) -> list[float]:
+    """min(1, steps / 3), counting "Step N:", numbered lines, bullets and First/Second/Next/Finally."""
+    return _build("reasoning_steps")(completions, **kwargs)
+
+
+def len_reward(completions: list, solution: list[str], **kwargs) -> list[float | None]:
+    """Kimi 1.5 length reward: 0.5 - (L - min) / (max - min) for a correct answer, min(0, that) for a wrong one,
+    within each prompt group (all completions of the call when `prompts` is not given)."""
+    return _build("length")(completions, solution=solution, **kwargs)
+
+
+def _code_options(provider_type: str, num_parallel: int | None, **kwargs) -> tuple[tuple[str, Any], ...]:
+    options = {"code_provider": provider_type, "parallel_code_exec_per_proc": num_parallel}
+    for key in ("e2b_router_url", "morph_router_url"):
+        if kwargs.get(key):
+            options[key] = kwargs[key]
+    return tuple(sorted(options.items()))
+
+
+def _check_same_language(verification_info: Any) -> None:
+    from r1kit.rewards.code import as_mapping
+
+    languages = {str(as_mapping(info).get("language", "python")) for info in verification_info or []}
+    if len(languages) > 1:
+        raise ValueError(f"enforce_same_language is set but the batch mixes languages {sorted(languages)}")
+
+
+def code_reward(completions: list, num_parallel: int = 2, provider_type: str = "e2b",
+                enforce_same_language: bool = False, **kwargs) -> list[float | None]:
+    """The fraction of the row's test cases (`verification_info`) the completion's last fenced block passes."""
+    if enforce_same_language:
+        _check_same_language(kwargs.get("verification_info"))
+    reward = _build("code", _code_options(provider_type, num_parallel, **kwargs))
+    return reward(completions, **{k: v for k, v in kwargs.items() if not k.endswith("_router_url")})
+
+
+def binary_code_reward(completions: list, num_parallel: int = 2, provider_type: str = "e2b",
+                       enforce_same_language: bool = False, **kwargs) -> list[float | None]:
+    """1.0 when every test case passes, else 0.0."""
+    if enforce_same_language:
+        _check_same_language(kwargs.get("verification_info"))
+    reward = _build("binary_code", _code_options(provider_type, num_parallel, **kwargs))
+    return reward(completions, **{k: v for k, v in kwargs.items() if not k.endswith("_router_url")})
+
+
+def ioi_code_reward(completions: list, test_batch_size: int = 1, provider_type: str = "piston",
+                    **kwargs) -> list[float | None]:
+    """IOI subtask score (rows of `open-r1/ioi`): the minimum test score of the subtask."""
+    options = (("code_eval_test_batch_size", test_batch_size), ("ioi_provider", provider_type))
+    return _build("ioi_code", options)(completions, **kwargs)
+
+
+def cf_code_reward(completions: list, test_batch_size: int = 1, patch_code: bool = False,
+                   scoring_mode: str = "weighted_sum", **kwargs) -> list[float | None]:
+    """Codeforces score (rows of `open-r1/codeforces`), `scoring_mode` pass_fail, partial or weighted_sum."""
+    options = (("code_eval_scoring_mode", scoring_mode), ("code_eval_test_batch_size", test_batch_size),
+               ("cf_patch_code", patch_code))
+    return _build("cf_code", options)(completions, **kwargs)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Factories
+# --------------------------------------------------------------------------------------------------------------------
+def get_cosine_scaled_reward(min_value_wrong: float = -1.0, max_value_wrong: float = -0.5,
+                             min_value_correct: float = 0.5, max_value_correct: float = 1.0,
+                             max_len: int = 1000) -> Callable:
+    """Correctness scaled by length on a cosine: a short correct answer earns `max_value_correct`, one of `max_len`
+    or more `min_value_correct`; a short wrong one `min_value_wrong`, a long wrong one `max_value_wrong`."""
+    options = (("cosine_min_value_wrong", min_value_wrong), ("cosine_max_value_wrong", max_value_wrong),
+               ("cosine_min_value_correct", min_value_correct), ("cosine_max_value_correct", max_value_correct),
+               ("cosine_max_len", max_len))
+    return _build("cosine", options)
+
+
+def get_repetition_penalty_reward(ngram_size: int, max_penalty: float, language: str = "en") -> Callable:
+    """(1 - distinct n-grams / n-grams) x `max_penalty` (<= 0); `language` en (words) or zh (jieba)."""
+    if max_penalty > 0:
+        raise ValueError(f"max_penalty {max_penalty} should not be positive")
+    options = (("repetition_n_grams", ngram_size), ("repetition_max_penalty", max_penalty),
+               ("repetition_language", language))
+    return _build("repetition_penalty", options)
+
+
+def get_soft_overlong_punishment(max_completion_len: int, soft_punish_cache: int) -> Callable:
+    """DAPO's soft overlong punishment on token counts: 0 up to `max_completion_len - soft_punish_cache`, then a
+    ramp down to -1 at `max_completion_len`, -1 beyond. The returned function takes `completion_ids` first, as
+    Open-R1's does."""
+    reward = _build("soft_overlong_punishment", (("max_completion_len", max_completion_len),
+                                                 ("soft_punish_cache", soft_punish_cache)))
+
+    def soft_overlong_punishment_reward(completion_ids: list[list[int]], **kwargs) -> list[float | None]:
+        return reward(completion_ids=completion_ids, **kwargs)
+
+    return soft_overlong_punishment_reward
+
+
+def get_code_format_reward(language: str = "python") -> Callable:
+    """1.0 for the think/answer format with a fenced `language` block in the answer (a row's `language` column wins)."""
+    return _build("code_format", (("code_language", language),))
+
+
+def extract_code(completion: str, language: str | None = "python") -> str:
+    """The last fenced block of `language` in `completion`, or "" (also for `language=None`)."""
+    if language is None:
+        return ""
+    from r1kit.rewards.code import extract_code as last_block
+    from r1kit.rewards.code import normalise_language
+
+    return last_block(completion, normalise_language(language))
+
+
+OPEN_R1_NAMES = (
+    "accuracy_reward", "format_reward", "tag_count_reward", "reasoning_steps_reward", "len_reward", "code_reward",
+    "binary_code_reward", "ioi_code_reward", "cf_code_reward", "get_cosine_scaled_reward",
+    "get_repetition_penalty_reward", "get_soft_overlong_punishment", "get_code_format_reward", "extract_code",
+)  # and get_reward_funcs(script_args), which `r1kit.rewards` defines itself
