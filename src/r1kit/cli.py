@@ -58,11 +58,12 @@ class ArgumentParser(argparse.ArgumentParser):
         raise ConfigError(f"{message} (see {self.prog} --help)")
 
 
-def quiet_upstream_warnings() -> None:
-    """Hides the deprecation notices a run cannot act on: TRL 1.16 calls transformers' deprecated
-    `is_gradient_checkpointing`, `gradient_checkpointing_disable` and `gradient_checkpointing_enable` around every
-    generation. (The one r1kit caused, the `gradient_checkpointing` field, is fixed at the source: see
-    `configs.apply_machine_defaults`.) Every other warning stays visible."""
+def shape_warnings() -> None:
+    """What a training command shows of Python warnings. r1kit's own (`ConfigWarning`: a renamed key, bf16 without a
+    GPU) print as one `r1kit: warning: ...` line. The deprecation notices a run cannot act on are hidden: TRL 1.16
+    calls transformers' deprecated `is_gradient_checkpointing`, `gradient_checkpointing_disable` and
+    `gradient_checkpointing_enable` around every generation. (The one r1kit caused, the `gradient_checkpointing`
+    field, is fixed at the source: see `configs.apply_machine_defaults`.) Every other warning shows as usual."""
     import warnings
 
     warnings.filterwarnings(
@@ -105,7 +106,7 @@ def grpo_command(argv: list[str]) -> int:
 
     from r1kit.grpo import dry_run, main
 
-    quiet_upstream_warnings()
+    shape_warnings()
     script_args, training_args, model_args = _parse_for_world_size(argv, world_size)
     if dry:
         print(dry_run(script_args, training_args, model_args))
@@ -162,7 +163,7 @@ def sft_command(argv: list[str]) -> int:
     """`r1kit sft --config recipe.yaml`: the cold-start SFT stage."""
     from r1kit.sft import cli
 
-    quiet_upstream_warnings()
+    shape_warnings()
     summary = cli(argv)
     if summary is None:
         from r1kit.sft import __doc__ as doc

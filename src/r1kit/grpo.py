@@ -328,7 +328,7 @@ def startup_summary(script_args, training_args, model_args, trainer, dataset, ch
         f"prompt column '{script_args.dataset_prompt_column}'",
         "  rewards  " + ", ".join(f"{name} x{w:g}" for name, w in zip(script_args.reward_funcs, weights)),
         f"  steps    {steps}, each {prompts_per_step} prompts x {args.num_generations} completions "
-        f"(learning rate {args.learning_rate:g}, {args.lr_scheduler_type.value if hasattr(args.lr_scheduler_type, 'value') else args.lr_scheduler_type})",
+        f"(learning rate {args.learning_rate:g}, {getattr(args.lr_scheduler_type, 'value', args.lr_scheduler_type)})",
         f"  output   {args.output_dir}",
         f"  resume   {resume}",
     ]
