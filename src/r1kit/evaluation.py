@@ -76,7 +76,10 @@ HUB_BENCHMARKS = {  # name: (dataset id, config, split, problem column, answer c
     "aime24": ("HuggingFaceH4/aime_2024", None, "train", "problem", "answer"),
     "aime25": ("yentinglin/aime_2025", None, "train", "problem", "answer"),
     "gpqa_diamond": ("Idavidrein/gpqa", "gpqa_diamond", "train", "Question", "Correct Answer"),
+    "gpqa": ("Idavidrein/gpqa", "gpqa_diamond", "train", "Question", "Correct Answer"),  # Open-R1's name
+    "lcb_v4": ("livecodebench/code_generation_lite", "release_v4", "test", "question_content", None),
 }
+OPEN_R1_BENCHMARKS = ("math_500", "aime24", "aime25", "gpqa", "lcb_v4")
 BUILTIN_BENCHMARKS = ("humaneval", "addition", *HUB_BENCHMARKS)
 
 
@@ -84,7 +87,9 @@ def load_benchmark(name: str, limit: int | None = None) -> tuple[str, list[dict]
     """(scorer, items) of a benchmark: a built-in name or a local .jsonl with `problem` and `answer` columns.
 
     Scorers: `math` (math-verify, as the accuracy reward), `code` (HumanEval-style programs run in the sandbox),
-    `choice` (the letter of a multiple-choice answer).
+    `lcb` (LiveCodeBench problems, every test run in the sandbox), `choice` (the letter of a multiple-choice answer,
+    e.g. GPQA). Open-R1's names are accepted: `math_500`, `aime24`, `aime25`, `gpqa`, `lcb_v4`. A local .jsonl is
+    read by its columns: `problem`/`answer`, or LiveCodeBench's, or GPQA's.
     """
     import json as _json
     from pathlib import Path
@@ -112,27 +117,160 @@ def load_benchmark(name: str, limit: int | None = None) -> tuple[str, list[dict]
 
         dataset_id, config, split, problem, answer = HUB_BENCHMARKS[name]
         try:
-            ds = load_dataset(dataset_id, config, split=split)
+            if name == "lcb_v4":
+                ds = load_dataset(dataset_id, split=split, version_tag=config, trust_remote_code=True)
+            else:
+                ds = load_dataset(dataset_id, config, split=split)
         except Exception as e:  # noqa: BLE001 - offline machines cannot reach the Hub
             from r1kit.configs import ConfigError
 
             raise ConfigError(f"benchmark {name} needs the Hub dataset {dataset_id}, which is not reachable: {e}") from e
-        items = [{"problem": r[problem], "answer": r[answer]} for r in ds]
-        scorer = "math"
+        scorer, items = items_from_rows(list(ds), problem, answer)
     elif name.endswith(".jsonl") and Path(name).is_file():
         rows = [_json.loads(line) for line in Path(name).read_text().splitlines() if line.strip()]
-        missing = [k for k in ("problem", "answer") if rows and k not in rows[0]]
+        scorer, items = items_from_rows(rows, "problem", "answer")
+        missing = [k for k in ("problem", "answer") if rows and scorer == "math" and k not in rows[0]]
         if missing:
             from r1kit.configs import ConfigError
 
-            raise ConfigError(f"benchmark file {name} needs columns {missing}")
-        items = [{"problem": r["problem"], "answer": r["answer"]} for r in rows]
-        scorer = "choice" if rows and str(rows[0].get("type", "")) == "choice" else "math"
+            raise ConfigError(f"benchmark file {name} needs columns {missing} (or LiveCodeBench's or GPQA's)")
     else:
         from r1kit.configs import ConfigError
 
         raise ConfigError(f"unknown benchmark '{name}'; built in: {', '.join(BUILTIN_BENCHMARKS)}, or a local .jsonl")
     return scorer, items[:limit] if limit else items
+
+
+def items_from_rows(rows: list[dict], problem: str, answer: str | None) -> tuple[str, list[dict]]:
+    """(scorer, items) from a benchmark's rows, by their schema: LiveCodeBench (`question_content`,
+    `public_test_cases`: scored in the sandbox), GPQA (`Question`, `Correct Answer`, `Incorrect Answer 1..3`: a
+    multiple choice with the options in a fixed shuffled order), `type: choice` rows, else math answers."""
+    if not rows:
+        return "math", []
+    first = rows[0]
+    if "question_content" in first and "public_test_cases" in first:
+        return "lcb", [lcb_item(r) for r in rows]
+    if {"Question", "Correct Answer", "Incorrect Answer 1"} <= set(first):
+        return "choice", [gpqa_item(r) for r in rows]
+    if str(first.get("type", "")) == "choice":
+        return "choice", [{"problem": r["problem"], "answer": r["answer"]} for r in rows]
+    return "math", [{"problem": r[problem], "answer": r[answer]} for r in rows]
+
+
+def gpqa_item(row: dict) -> dict:
+    """A GPQA question as a multiple choice A-D, the options shuffled by a hash of the question (the same order on
+    every run)."""
+    import hashlib
+    import random
+
+    options = [row["Correct Answer"], row["Incorrect Answer 1"], row["Incorrect Answer 2"], row["Incorrect Answer 3"]]
+    order = list(range(4))
+    random.Random(hashlib.sha256(str(row["Question"]).encode()).hexdigest()).shuffle(order)
+    letters = "ABCD"
+    text = "\n".join(f"{letters[i]}) {str(options[j]).strip()}" for i, j in enumerate(order))
+    problem = (f"{str(row['Question']).strip()}\n\n{text}\n\nAnswer with the letter of the correct option.")
+    return {"problem": problem, "answer": letters[order.index(0)]}
+
+
+def _lcb_tests(value) -> list[dict]:
+    """LiveCodeBench test lists: JSON text, or (private tests) zlib-compressed, base64-encoded pickles of JSON text,
+    unpickled with nothing but plain types allowed."""
+    import base64
+    import io
+    import pickle
+    import zlib
+
+    if isinstance(value, list):
+        return value
+    if not value:
+        return []
+    try:
+        return json.loads(value)
+    except ValueError:
+        pass
+
+    class PlainUnpickler(pickle.Unpickler):
+        def find_class(self, module, name):  # no class or function may be built from the dataset
+            raise pickle.UnpicklingError(f"refusing {module}.{name}")
+
+    raw = PlainUnpickler(io.BytesIO(zlib.decompress(base64.b64decode(value)))).load()
+    return json.loads(raw) if isinstance(raw, (str, bytes)) else list(raw)
+
+
+def lcb_item(row: dict) -> dict:
+    """A LiveCodeBench code-generation problem: the prompt, and its public plus private tests (stdin or functional)."""
+    tests = _lcb_tests(row.get("public_test_cases")) + _lcb_tests(row.get("private_test_cases"))
+    metadata = row.get("metadata") or {}
+    if isinstance(metadata, str):
+        metadata = json.loads(metadata or "{}")
+    starter = str(row.get("starter_code") or "")
+    prompt = str(row["question_content"]).strip()
+    if starter.strip():
+        prompt += f"\n\nUse this starter code:\n```python\n{starter}\n```"
+    else:
+        prompt += "\n\nRead the input from stdin and write the answer to stdout."
+    prompt += "\n\nWrite your solution in Python in a ```python``` block."
+    return {"problem": prompt, "answer": "", "tests": tests, "func_name": metadata.get("func_name")}
+
+
+LCB_FUNCTIONAL_DRIVER = """
+import json as _json, sys as _sys
+_args = [_json.loads(line) for line in _sys.stdin.read().splitlines() if line.strip()]
+_result = Solution().{func}(*_args)
+print(_json.dumps(_result))
+"""
+
+
+def lcb_program(item: dict, completion: str):
+    """The sandboxed program for a LiveCodeBench completion: stdin tests run the code as is; functional tests call
+    `Solution().<func_name>` with the test's JSON arguments and print its result as JSON (plain data, compared as
+    text by the trainer)."""
+    from r1kit.rewards.code import extract_code
+    from r1kit.sandbox import Program
+
+    code = extract_code(completion, "python")
+    functional = [t for t in item["tests"] if t.get("testtype") == "functional"]
+    if functional and item.get("func_name"):
+        code += LCB_FUNCTIONAL_DRIVER.format(func=item["func_name"])
+        expected = [json.dumps(json.loads(t["output"])) for t in item["tests"]]
+    else:
+        expected = [str(t["output"]) for t in item["tests"]]
+    return Program(code, inputs=[str(t["input"]) for t in item["tests"]], expected=expected, time_limit=6.0)
+
+
+def score_lcb(items: list[dict], completions: list[list[str]], provider=None) -> list[list[float | None]]:
+    """1.0 when a completion passes every test of its LiveCodeBench problem in the sandbox; None for a sandbox
+    failure or a problem without tests."""
+    from r1kit.sandbox import SANDBOX_ERROR
+
+    provider = provider or _local_provider("lcb_v4")
+    pairs = [(item, c) for item, cs in zip(items, completions) for c in cs]
+    runnable = [(i, lcb_program(item, c)) for i, (item, c) in enumerate(pairs) if item["tests"]]
+    results = dict(zip([i for i, _ in runnable], provider.execute([p for _, p in runnable] )))
+    flat: list[float | None] = []
+    for i in range(len(pairs)):
+        tests = results.get(i)
+        if tests is None or any(t.status == SANDBOX_ERROR for t in tests):
+            flat.append(None)
+        else:
+            flat.append(float(all(t.passed for t in tests)))
+    out, k = [], 0
+    for cs in completions:
+        out.append(flat[k : k + len(cs)])
+        k += len(cs)
+    return out
+
+
+def _local_provider(benchmark: str):
+    from r1kit.sandbox import get_provider
+    from r1kit.sandbox.jail import JailUnavailable
+
+    try:
+        return get_provider("local")
+    except JailUnavailable as e:
+        from r1kit.configs import ConfigError
+
+        raise ConfigError(f"benchmark {benchmark}: {e}") from None
 
 
 HUMANEVAL_PASSED = "r1kit: check() ran to its end"
@@ -159,16 +297,9 @@ def humaneval_program(item: dict, completion: str) -> str:
 def score_code(items: list[dict], completions: list[list[str]], provider=None) -> list[list[float | None]]:
     """1.0 when the problem's `check()` ran to its end against the candidate in the sandbox; None for a sandbox
     failure (infrastructure)."""
-    from r1kit.sandbox import SANDBOX_ERROR, Program, get_provider
-    from r1kit.sandbox.jail import JailUnavailable
+    from r1kit.sandbox import SANDBOX_ERROR, Program
 
-    if provider is None:
-        try:
-            provider = get_provider("local")
-        except JailUnavailable as e:
-            from r1kit.configs import ConfigError
-
-            raise ConfigError(f"benchmark humaneval: {e}") from None
+    provider = provider or _local_provider("humaneval")
     programs = [Program(humaneval_program(item, c), inputs=[""], time_limit=10.0) for item, cs in zip(items, completions) for c in cs]
     flat = [r[0] for r in provider.execute(programs)]
     out, k = [], 0
@@ -248,6 +379,8 @@ def evaluate(model_path: str, benchmark: str, num_samples: int = 1, max_new_toke
     completions = generate_samples(model_path, prompts, num_samples, max_new_tokens, temperature, top_p)
     if scorer == "code":
         scores = score_code(items, completions)
+    elif scorer == "lcb":
+        scores = score_lcb(items, completions)
     elif scorer == "choice":
         scores = score_choice(items, completions)
     else:
