@@ -56,8 +56,9 @@ def test_accuracy_reads_conversations_and_counts_unparseable_golds():
 
 # --------------------------------------------------------------------------------------------------------------------
 FORMAT = [
-    ("<think>a</think><answer>b</answer>", False, 1.0),
+    ("<think>a</think><answer>b</answer>", False, 1.0),  # Open-R1: 0.0 (it requires a newline inside each tag)
     ("<think>\na\n</think>\n<answer>\nb\n</answer>\n", False, 1.0),
+    ("\n\n<think>\na\n</think>\n<answer>\nb\n</answer>", False, 1.0),  # Open-R1: 0.0 (<think> must come first)
     ("<think>a</think>", False, 0.0),
     ("<answer>b</answer>", False, 0.0),
     ("<think>a</think><answer>b</answer> and more", False, 0.0),  # Open-R1: 1.0 (trailing text accepted)
@@ -76,7 +77,8 @@ def test_format(completion, prefilled, expected):
 
 
 TAG_COUNT = [
-    ("<think>a</think><answer>b</answer>", False, 1.0),
+    ("<think>a</think><answer>b</answer>", False, 1.0),  # Open-R1: 0.0 (it counts the tags with their newlines)
+    ("<think>\na\n</think>\n<answer>\nb\n</answer>", False, 1.0),
     ("<think>a</think>", False, 0.5),
     ("<think><think>a</think><answer>b</answer>", False, 0.75),  # duplicated tag earns nothing
     ("", False, 0.0),
@@ -97,6 +99,7 @@ REASONING_STEPS = [
     ("First, a. Finally, b.", 2 / 3),
     ("x\n1. a\n2. b", 2 / 3),  # Open-R1: 0.0 (numbered lines only counted at the very start)
     ("- a\n- b\n* c\n", 1.0),
+    ("x\n-5 is negative\n*bold* text", 0.0),  # Open-R1: 2/3 (a "-" or "*" at a line start counts, space or not)
     ("plain text", 0.0),
 ]
 
