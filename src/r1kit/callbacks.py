@@ -297,9 +297,22 @@ CALLBACKS: dict[str, Callable[..., TrainerCallback]] = {
 }
 
 
+def callback_names(training_args) -> list[str]:
+    """The callbacks a recipe asks for. As in Open-R1, `push_to_hub_revision` with `benchmarks` also evaluates
+    each checkpoint on them: that adds `evaluate_benchmarks` when the recipe did not name it."""
+    names = list(training_args.callbacks)
+    if "push_to_hub_revision" in names and training_args.benchmarks and "evaluate_benchmarks" not in names:
+        names.append("evaluate_benchmarks")
+    return names
+
+
 def get_callbacks(script_args, training_args, dataset, tokenizer, is_main_process: bool = True) -> list[TrainerCallback]:
-    """The callbacks a recipe names, built."""
-    return [CALLBACKS[name](script_args, training_args, dataset, tokenizer, is_main_process) for name in training_args.callbacks]
+    """The callbacks a recipe names (see `callback_names`), built."""
+    names = callback_names(training_args)
+    if len(names) > len(training_args.callbacks) and is_main_process:
+        logger.info("push_to_hub_revision with benchmarks %s: each checkpoint is evaluated on them too (as Open-R1 "
+                    "does), results in eval/", training_args.benchmarks)
+    return [CALLBACKS[name](script_args, training_args, dataset, tokenizer, is_main_process) for name in names]
 
 
 class CompletionsRecorder:

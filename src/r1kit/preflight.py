@@ -315,7 +315,9 @@ def check_inputs(script_args: Any, training_args: Any, model_args: Any, create_o
                        getattr(model_args, "gguf_file", None))
     check_attn_implementation(model_args.attn_implementation)
     check_report_to_installed(training_args.report_to)
-    if "evaluate_benchmarks" in (getattr(training_args, "callbacks", None) or []):
+    from r1kit.callbacks import callback_names
+
+    if "evaluate_benchmarks" in callback_names(training_args):  # also push_to_hub_revision with benchmarks
         check_benchmark_names(training_args.benchmarks)
     if getattr(training_args, "push_to_hub", False):
         check_hub_push(training_args.hub_model_id)
