@@ -135,6 +135,7 @@ GRPO_CASES = [
     ("push while the Hub is offline", {"push_to_hub": True, "hub_model_id": "me/model"}, [], "push_to_hub"),
     ("unknown flag", {}, ["--learnig_rate", "1e-4"], "learnig_rate"),
     ("missing recipe", None, [], "--config"),
+    ("recipe without --config", {}, ["other.yaml"], "--config other.yaml"),
 ]
 
 

@@ -3,12 +3,15 @@
 A recipe is a YAML file whose top-level keys are fields of `GRPOScriptArguments`, `GRPOConfig` (a `trl.GRPOConfig`
 subclass) or TRL's `ModelConfig`, plus an optional `env:` mapping exported to the environment. Command-line flags
 override the file. Unlike TRL's parser, an unknown key is an error that names the nearest valid key, and keys that
-Open-R1 recipes use but current TRL renamed or dropped are mapped (or ignored) with one warning each.
+Open-R1 recipes use but current TRL renamed or dropped are mapped (or ignored) with one warning each. Fields whose
+TRL default moved since the TRL Open-R1 pins (`OPEN_R1_DEFAULTS`) are named in one warning when a recipe leaves them
+unset; `defaults: open-r1` applies Open-R1's values to all of them, `defaults: trl` accepts today's.
 """
 
 from __future__ import annotations
 
 import difflib
+import logging
 import os
 import warnings
 from dataclasses import dataclass, field
@@ -19,6 +22,8 @@ import trl
 import trl.trainer.model_config
 import yaml
 from trl import ScriptArguments, TrlParser
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_RECIPE = Path(__file__).parent / "recipes" / "demo_grpo.yaml"
 
@@ -716,6 +721,11 @@ def _normalise_cli(args: list[str], known: set[str], options: set[str], seen: se
     return out
 
 
+def _values_of_options(args: list[str]) -> set[str]:
+    """The tokens that follow a `--key` (its value), so that the rest are stray words."""
+    return {value for option, value in zip(args, args[1:]) if option.startswith("--") and "=" not in option}
+
+
 def load_recipe(path: str | os.PathLike) -> dict[str, Any]:
     """Reads a recipe YAML into a mapping (the `env:` block included)."""
     try:
@@ -730,6 +740,62 @@ def load_recipe(path: str | os.PathLike) -> dict[str, Any]:
     if not isinstance(config, dict):
         raise ConfigError(f"recipe {path} must contain a YAML mapping of keys to values")
     return config
+
+
+# Defaults that moved under Open-R1's recipes: Open-R1 pins TRL 0.18, whose GRPOConfig defaults differ from today's
+# where the training changes (found by comparing trl 0.18.0's GRPOConfig fields with TRL 1.16's; equivalent moves are
+# left out: scale_rewards True == "group", top_k None == 0; removed keys are migrations, see KEY_MIGRATIONS).
+OPEN_R1_DEFAULTS: dict[str, Any] = {
+    "beta": 0.04,
+    "loss_type": "bnpo",
+    "max_completion_length": 256,
+    "vllm_mode": "server",
+    "gradient_checkpointing": False,
+    "bf16": False,
+    "log_unique_prompts": True,  # Open-R1's own wandb_log_unique_prompts defaulted to True
+}
+DEFAULTS_CHOICES = ("trl", "open-r1")
+VLLM_SERVER_KEYS = ("vllm_server_host", "vllm_server_port", "vllm_server_base_url")
+
+
+def _defaults_that_matter(key: str, training_args: Any) -> bool:
+    if key == "vllm_mode":
+        return bool(training_args.use_vllm)
+    if key == "log_unique_prompts":
+        return "wandb" in (training_args.report_to or [])
+    return True
+
+
+def moved_defaults(explicit: set[str], training_args: Any) -> list[tuple[str, Any, Any]]:
+    """(field, Open-R1's value, the value used now) for each field a recipe left unset whose default moved."""
+    return [
+        (key, old, getattr(training_args, key))
+        for key, old in OPEN_R1_DEFAULTS.items()
+        if key not in explicit and _defaults_that_matter(key, training_args) and getattr(training_args, key) != old
+    ]
+
+
+def _is_main_process() -> bool:
+    return os.environ.get("RANK", "0") in ("", "0") and os.environ.get("LOCAL_RANK", "0") in ("", "0")
+
+
+def _apply_vllm_server_keys(explicit: set[str], training_args: Any) -> None:
+    """Open-R1's Slurm launcher appends --vllm_server_host to recipes that never set vllm_mode: a server address
+    means server mode; with vllm_mode: colocate set explicitly, the two contradict each other."""
+    given = [k for k in VLLM_SERVER_KEYS if k in explicit]
+    if not given:
+        return
+    if "vllm_mode" in explicit and training_args.vllm_mode == "colocate":
+        raise ConfigError(f"vllm_mode: colocate contradicts {', '.join(given)} (a separate vLLM server): set "
+                          "vllm_mode: server, or remove the server keys")
+    if training_args.vllm_mode != "server":
+        training_args.vllm_mode = "server"
+        if _is_main_process():
+            logger.info("%s given and vllm_mode unset: using vllm_mode server", ", ".join(given))
+
+
+def _explicit_cli_keys(args: list[str]) -> set[str]:
+    return {token[2:].partition("=")[0].replace("-", "_") for token in args if token.startswith("--")}
 
 
 def parse_args(
@@ -751,6 +817,14 @@ def parse_args(
     actions = {action.dest: action for action in parser._actions if action.option_strings}
     seen: set[str] = set()
 
+    defaults = None
+    if "--defaults" in args:
+        i = args.index("--defaults")
+        if i + 1 >= len(args):
+            raise ConfigError(f"--defaults needs one of {', '.join(DEFAULTS_CHOICES)}")
+        defaults = args[i + 1]
+        del args[i : i + 2]
+    explicit: set[str] = set()
     config_path = default_config
     if "--config" in args:
         i = args.index("--config")
@@ -765,13 +839,36 @@ def parse_args(
             raise ConfigError("`env:` in a recipe must be a mapping of variable names to values")
         for name, value in env.items():
             os.environ[str(name)] = str(value)
-        parser.set_defaults_with_config(**_normalise_yaml(config, known, seen, str(config_path), actions))
+        defaults = defaults or config.pop("defaults", None)
+        config.pop("defaults", None)
+        recipe = _normalise_yaml(config, known, seen, str(config_path), actions)
+        explicit |= set(recipe)
+        parser.set_defaults_with_config(**recipe)
 
     args = _normalise_cli(args, known, options, seen)
+    explicit |= _explicit_cli_keys(args)
+    if defaults is not None:
+        check_choice("defaults", defaults, DEFAULTS_CHOICES)
+    if defaults == "open-r1":  # the values Open-R1 trained with, for every field the recipe leaves unset
+        parser.set_defaults(**{k: v for k, v in OPEN_R1_DEFAULTS.items() if k not in explicit})
     try:
         script_args, training_args, model_args = parser.parse_args_into_dataclasses(args=args)
     except ConfigError:
         raise
     except (ValueError, TypeError) as e:  # raised by a dataclass's own checks (TRL, transformers)
+        if "not used by the HfArgumentParser" in str(e):  # words without a --key before them
+            extra = [a for a in args if not a.startswith("--") and a not in _values_of_options(args)]
+            recipe = next((a for a in extra if a.endswith((".yaml", ".yml"))), None)
+            hint = f"; to read a recipe, write --config {recipe}" if recipe else "; options are --key value"
+            raise ConfigError(f"unexpected argument(s) {extra or str(e)}{hint}") from None
         raise ConfigError(" ".join(str(e).split())) from e
+    if isinstance(training_args, GRPOConfig):
+        _apply_vllm_server_keys(explicit, training_args)
+        moved = moved_defaults(explicit, training_args) if defaults is None else []
+        if moved and _is_main_process():
+            lines = "\n".join(f"  {key}: Open-R1 trained with {old!r}, now {new!r}" for key, old, new in moved)
+            warnings.warn(
+                f"the recipe leaves {len(moved)} field(s) at today's TRL defaults, which Open-R1 trained with "
+                f"differently (set each to choose, or `defaults: open-r1` for all of Open-R1's, `defaults: trl` to "
+                f"accept today's):\n{lines}", ConfigWarning, 2)
     return script_args, training_args, model_args
