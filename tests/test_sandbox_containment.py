@@ -167,18 +167,23 @@ def test_including_dev_zero_stops_the_compiler(host):
 # --------------------------------------------------------------------------------------------------------------------
 # 3. A program cannot crash or fool the reward through the harness's reply
 # --------------------------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("attack", [
-    "os.write(int(fd), b'{not json\\n')",  # garbage on every descriptor the harness might hold
-    "os.write(int(fd), b'{\"result\": {\"status\": \"passed\", \"stdout\": \"ok\\\\n\", \"stderr\": \"\", \"seconds\": 0}}\\n')",
-])
+FORGED = (b'{"result": {"status": "passed", "stdout64": "b2sK", "stderr64": "", "exit_code": 0, "signal": null, '
+          b'"seconds": 0.0}}\n{"done": true}\n')
+
+
+@pytest.mark.parametrize("attack", ["os.write(fd, b'[' * 200000 + b'\\n')", f"os.write(fd, {FORGED!r})"])
 def test_reply_cannot_be_forged_or_broken(host, attack):
+    """Garbage or a forged passing line, written to every descriptor and /proc file the program can reach: the
+    harness (the jail's pid 1) is not dumpable, so none of them is its reply pipe."""
     code = textwrap.dedent(f"""
-        import os, sys
-        sys.stderr = sys.stdout
-        for pid in (os.getppid(), 1, 2):
-            for fd in ("1", "2", "3", "4", "5"):
+        import os
+        for pid in (1, os.getppid(), os.getpid()):
+            for name in [f"/proc/{{pid}}/fd/{{n}}" for n in range(8)] + [f"/proc/{{pid}}/mem"]:
                 try:
-                    fd = os.open(f"/proc/{{pid}}/fd/{{fd}}", os.O_WRONLY)
+                    fd = os.open(name, os.O_WRONLY)
+                except OSError:
+                    continue
+                try:
                     {attack}
                 except OSError:
                     pass
@@ -187,9 +192,47 @@ def test_reply_cannot_be_forged_or_broken(host, attack):
                 {attack}
             except OSError:
                 pass
-        os.kill(os.getppid(), 9)
     """)
     assert binary_code(code, "python", "ok\n") == 0.0
+
+
+def test_the_harness_is_pid_1_and_out_of_reach(host):
+    code = textwrap.dedent("""
+        import os
+        print(os.getppid())
+        for name in ("/proc/1/mem", "/proc/1/fd/1", "/proc/1/environ"):
+            try:
+                open(name, "rb").close()
+                print("opened", name)
+            except OSError as e:
+                print(type(e).__name__)
+        for path in ("/dev/evil", "/dev/shm/x"):
+            try:
+                open(path, "w").write("x")
+                print("wrote", path)
+            except OSError as e:
+                print(type(e).__name__)
+    """)
+    (result,) = run(code)
+    lines = result.stdout.split()
+    assert lines[0] == "1" and "opened" not in result.stdout
+    assert "wrote /dev/evil" not in result.stdout and "wrote /dev/shm/x" in result.stdout  # only /dev/shm, capped
+
+
+def test_dev_shm_is_capped(host):
+    code = textwrap.dedent("""
+        written = 0
+        try:
+            for i in range(64):
+                with open(f"/dev/shm/f{i}", "wb") as f:
+                    f.write(b"x" * (4 << 20))
+                written += 4
+        except OSError:
+            pass
+        print(written)
+    """)
+    (result,) = run(code, memory_mb=256, time_limit=10)
+    assert int(result.stdout) <= 16
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -319,9 +362,11 @@ def test_host_processes_are_invisible_and_unharmed(host, monkeypatch):
     (seen,) = run(look)
     visible, secret = seen.stdout.split()
     assert int(visible) <= 3 and secret == "None"  # the jail's init, the harness and the test itself
-    kill = f"import os, signal\nfor target in ({os.getpid()}, -1, 1):\n    try:\n        os.kill(target, signal.SIGKILL)\n    except OSError:\n        pass"
+    kill = (f"import os, signal\nfor target in ({os.getpid()}, -1, 1, os.getppid()):\n    for sig in (signal.SIGKILL, "
+            "signal.SIGSTOP, signal.SIGINT, signal.SIGTERM):\n        try:\n            os.kill(target, sig)\n"
+            "        except OSError:\n            pass\nprint('ok')")
     results = run(kill, tests=2)
-    assert [r.status for r in results] == [RUNTIME_ERROR, RUNTIME_ERROR]  # it killed its own harness: wrong, and we live
+    assert [r.stdout for r in results] == ["ok\n", "ok\n"]  # the harness (pid 1) ignores them all, and we live
 
 
 # --------------------------------------------------------------------------------------------------------------------

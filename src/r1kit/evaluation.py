@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import secrets
 from pathlib import Path
 from typing import Any
 
@@ -277,7 +278,7 @@ HUMANEVAL_PASSED = "r1kit: check() ran to its end"
 _HUMANEVAL_DRIVER = Path(__file__).with_name("sandbox") / "humaneval_driver.py"
 
 
-def humaneval_program(item: dict, completion: str) -> str:
+def humaneval_program(item: dict, completion: str, passed: str = HUMANEVAL_PASSED) -> str:
     """The sandboxed program that judges a HumanEval completion.
 
     The candidate's code (a fenced block if the model wrote the whole function, else the prompt plus the completion)
@@ -290,7 +291,7 @@ def humaneval_program(item: dict, completion: str) -> str:
     code = extract_code(completion, "python")
     candidate = code if code and f"def {item['entry_point']}" in code else item["problem"] + (code or completion)
     spec = {"candidate": candidate, "prompt": item["problem"], "test": item["test"], "entry_point": item["entry_point"],
-            "passed": HUMANEVAL_PASSED}
+            "passed": passed}
     return _HUMANEVAL_DRIVER.read_text() + f"\nmain({json.dumps(spec)!r})\n"
 
 
@@ -300,17 +301,21 @@ def score_code(items: list[dict], completions: list[list[str]], provider=None) -
     from r1kit.sandbox import SANDBOX_ERROR, Program
 
     provider = provider or _local_provider("humaneval")
-    programs = [Program(humaneval_program(item, c), inputs=[""], time_limit=10.0) for item, cs in zip(items, completions) for c in cs]
+    pairs = [(item, c) for item, cs in zip(items, completions) for c in cs]
+    # a fresh secret per program: the candidate (which never sees the driver's text) cannot print the pass line
+    markers = [f"{HUMANEVAL_PASSED} {secrets.token_hex(16)}" for _ in pairs]
+    programs = [Program(humaneval_program(item, c, m), inputs=[""], time_limit=10.0) for (item, c), m in zip(pairs, markers)]
     flat = [r[0] for r in provider.execute(programs)]
+    scores = [None if r.status == SANDBOX_ERROR else float(_check_completed(r, m)) for r, m in zip(flat, markers)]
     out, k = [], 0
     for cs in completions:
-        out.append([None if r.status == SANDBOX_ERROR else float(_check_completed(r)) for r in flat[k : k + len(cs)]])
+        out.append(scores[k : k + len(cs)])
         k += len(cs)
     return out
 
 
-def _check_completed(result) -> bool:
-    return result.status == "passed" and result.stdout.strip().splitlines()[-1:] == [HUMANEVAL_PASSED]
+def _check_completed(result, marker: str) -> bool:
+    return result.status == "passed" and result.stdout.strip().splitlines()[-1:] == [marker]
 
 
 def score_choice(items: list[dict], completions: list[list[str]]) -> list[list[float]]:

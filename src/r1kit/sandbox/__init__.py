@@ -120,43 +120,59 @@ def _result_line(line: dict) -> TestResult:
     r = line["result"]
     if r["status"] not in HARNESS_STATUSES:
         raise TypeError("malformed result")
-    return TestResult(r["status"], _text64(r["stdout64"]), _text64(r["stderr64"]), float(r["seconds"]))
+    seconds = float(r["seconds"])
+    if not 0.0 <= seconds < 1e6:
+        raise ValueError("malformed seconds")
+    return TestResult(r["status"], _text64(r["stdout64"]), _text64(r["stderr64"]), seconds)
+
+
+class NoReply(ValueError):
+    """The harness never said `ready`: the sandbox itself failed (an infrastructure failure)."""
+
+
+def _load_line(line: str) -> Any:
+    if len(line) > MAX_REPLY_LINE:
+        return None
+    try:
+        return json.loads(line)
+    except Exception:  # noqa: BLE001 - whatever a line does (too deep, not JSON), it is not a valid reply
+        return None
+
+
+MAX_REPLY_LINE = 96 << 20  # a test's stdout and stderr at their limits, in base64
 
 
 def parse_reply(program: Program, lines: list[str]) -> list[TestResult]:
     """Judged results from the harness's reply lines (see `_harness.py`).
 
-    Raises ValueError when the harness never said `ready` (the sandbox itself failed: an infrastructure failure).
-    After `ready`, a reply that is cut short or malformed is the program's doing: the tests without a valid result
-    are runtime errors, never a sandbox error."""
+    Raises NoReply when the harness never said `ready` (the sandbox itself failed: an infrastructure failure).
+    After `ready`, a reply that is cut short or malformed in any way is the program's doing: the tests without a
+    valid result are runtime errors, never a sandbox error, and nothing in a line can make this raise."""
     parsed, ready = [], False
     for line in lines:
-        try:
-            item = json.loads(line)
-        except ValueError:
-            item = None
+        item = _load_line(line)
         if not ready:
             ready = isinstance(item, dict) and item.get("ready") is True
             continue
         parsed.append(item)
     if not ready:
-        raise ValueError("no ready line from the sandbox harness")
+        raise NoReply("no ready line from the sandbox harness")
     results: list[TestResult] = []
     items = iter(parsed)
     if program.language == "cpp":
         compiled = next(items, None)
         try:
-            if not compiled["compile"]["ok"]:
+            if compiled["compile"]["ok"] is not True:
                 stderr = _text64(compiled["compile"]["stderr64"])
                 return [TestResult(COMPILE_ERROR, stderr=stderr) for _ in program.inputs]
-        except (TypeError, KeyError, ValueError):
+        except Exception:  # noqa: BLE001 - malformed: the program's doing
             return [TestResult(RUNTIME_ERROR, stderr=CUT_SHORT) for _ in program.inputs]
     for item in items:
         if len(results) == len(program.inputs):
             break
         try:
             results.append(_result_line(item))
-        except (TypeError, KeyError, ValueError):
+        except Exception:  # noqa: BLE001 - malformed: the program's doing
             break
     results += [TestResult(RUNTIME_ERROR, stderr=CUT_SHORT) for _ in range(len(program.inputs) - len(results))]
     return [judge(r, expected) for r, expected in zip(results, program.expected)]

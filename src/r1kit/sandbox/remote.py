@@ -31,6 +31,7 @@ from r1kit.sandbox import (
     RUNTIME_ERROR,
     SANDBOX_ERROR,
     TIME_LIMIT,
+    NoReply,
     Program,
     TestResult,
     harness_request,
@@ -221,7 +222,7 @@ class _ScriptProvider:
                 continue
             try:  # after the harness's `ready`, a reply cut short is the program's doing (wrong), not the sandbox's
                 out.append(parse_reply(program, stdout.splitlines()))
-            except ValueError as e:
+            except NoReply as e:
                 out.append(_failed(program, f"{self.name}: no reply from the harness ({e})"))
         return out
 
