@@ -16,7 +16,7 @@ USAGE = """usage: r1kit <command> [options]
 commands:
   grpo      train with GRPO from a recipe: r1kit grpo [--config recipe.yaml] [--dry-run] [--key value ...]
             (no --config: the embedded demo recipe)
-  sft       supervised cold start: r1kit sft --config recipes/demo/sft.yaml
+  sft       supervised fine-tuning (distillation, cold start): r1kit sft --config RECIPE [--dry-run]
   evaluate  score a model on benchmarks: r1kit evaluate --model PATH --benchmarks humaneval,addition
   rewards   list the registered reward functions and the dataset columns each needs
   report    draw a run's curves: r1kit report OUTPUT_DIR (writes OUTPUT_DIR/report.png)
@@ -170,7 +170,12 @@ def sft_command(argv: list[str]) -> int:
 
         print(doc.strip())
         return 0
-    print(f"SFT done: {summary['steps']} steps, {summary['train_seconds']} s, held-out accuracy {summary['heldout_accuracy']}")
+    if isinstance(summary, str):  # --dry-run: the resolved recipe
+        print(summary)
+        print("recipe OK: keys, values, paths and (local) dataset columns checked; no model loaded.")
+        return 0
+    accuracy = "" if summary["heldout_accuracy"] is None else f", held-out accuracy {summary['heldout_accuracy']}"
+    print(f"SFT done: {summary['steps']} steps, {summary['train_seconds']} s, train loss {summary['train_loss']}{accuracy}")
     return 0
 
 

@@ -571,11 +571,44 @@ class ModelConfig(trl.trainer.model_config.ModelConfig):
 
 @dataclass
 class SFTConfig(trl.SFTConfig):
-    """TRL's `SFTConfig` (the cold-start stage, `r1kit sft`) with r1kit's machine defaults: fp32 without a GPU,
-    `gradient_checkpointing` read as `activation_checkpointing`, no pinned memory on CPU."""
+    """TRL's `SFTConfig` plus Open-R1's SFT additions and r1kit's resume, with r1kit's machine defaults (fp32 without
+    a GPU, `gradient_checkpointing` read as `activation_checkpointing`, no pinned memory on CPU).
+
+    Args:
+        benchmarks (`list[str]`, defaults to `[]`): benchmarks the `evaluate_benchmarks` callback (or
+            `push_to_hub_revision` with benchmarks) runs on each checkpoint.
+        callbacks (`list[str]`, defaults to `[]`): `push_to_hub_revision`, `evaluate_benchmarks`.
+        chat_template (`str` or `None`, defaults to `None`): Jinja template replacing the tokenizer's (ChatML when the
+            tokenizer has none, as Open-R1's sft.py does).
+        system_prompt (`str` or `None`, defaults to `None`): the system prompt the benchmarks use (Open-R1: "for
+            benchmarking"); training data keeps its own messages.
+        hub_model_revision / push_to_hub_revision / overwrite_hub_revision: as in `GRPOConfig`.
+        wandb_entity / wandb_project / wandb_run_group (`str` or `None`): exported as `WANDB_*` variables.
+        resume (`str`, defaults to `"auto"`): `auto`, `never` or a checkpoint path, as in `GRPOConfig`.
+        benchmark_num_samples (`int`, defaults to `1`), benchmark_max_new_tokens (`int`, defaults to `512`),
+            benchmark_launcher (`str`, defaults to `"local"`): how the benchmarks run.
+        torch_num_threads (`int` or `None`, defaults to `None`): CPU threads for torch.
+    """
+
+    benchmarks: list[str] = field(default_factory=list, metadata={"help": "Benchmarks evaluated on each checkpoint."})
+    callbacks: list[str] = field(default_factory=list, metadata={"help": "Callbacks to run during training."})
+    chat_template: str | None = field(default=None, metadata={"help": "Chat template overriding the tokenizer's."})
+    system_prompt: str | None = field(default=None, metadata={"help": "System prompt the benchmarks use."})
+    hub_model_revision: str | None = field(default="main", metadata={"help": "Base branch of checkpoint pushes."})
+    push_to_hub_revision: bool = field(default=False, metadata={"help": "Push each checkpoint to its own branch."})
+    overwrite_hub_revision: bool = field(default=False, metadata={"help": "Allow overwriting an existing revision."})
+    wandb_entity: str | None = field(default=None, metadata={"help": "W&B entity."})
+    wandb_project: str | None = field(default=None, metadata={"help": "W&B project."})
+    wandb_run_group: str | None = field(default=None, metadata={"help": "W&B run group."})
+    resume: str = field(default="auto", metadata={"help": "auto | never | path to a checkpoint."})
+    benchmark_num_samples: int = field(default=1, metadata={"help": "evaluate_benchmarks: samples per problem."})
+    benchmark_max_new_tokens: int = field(default=512, metadata={"help": "evaluate_benchmarks: new tokens."})
+    benchmark_launcher: str = field(default="local", metadata={"help": "evaluate_benchmarks: local or slurm."})
+    torch_num_threads: int | None = field(default=None, metadata={"help": "CPU threads torch uses."})
 
     def __post_init__(self):
         apply_machine_defaults(self)
+        check_choice("benchmark_launcher", self.benchmark_launcher, BENCHMARK_LAUNCHERS)
         super().__post_init__()
 
 
@@ -593,6 +626,9 @@ KEY_MIGRATIONS: dict[str, tuple[str | None, str]] = {
     "use_liger_loss": (None, "removed in TRL 1.x"),
     "warmup_ratio": ("warmup_steps", "merged into `warmup_steps` in transformers 5 (a float in [0, 1) is a ratio)"),
     "provider_type": ("code_provider", "Open-R1's README name for `code_provider`"),
+    "max_seq_length": ("max_length", "renamed to `max_length` in TRL's SFTConfig"),
+    "use_liger": ("use_liger_kernel", "renamed to `use_liger_kernel` in TRL"),
+    "dataset_configs": ("dataset_config", "Open-R1's early list form of `dataset_config`"),
 }
 
 
@@ -657,11 +693,14 @@ def _normalise_yaml(
 ) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in config.items():
-        if _needs_migration(key, known, value):
-            new = _migrate_key(key, known, seen)
-            if new is None:
-                continue
-            key = new
+        while key is not None and _needs_migration(key, known, value):  # a renamed key may itself be dropped
+            old, key = key, _migrate_key(key, known, seen)
+            if old == "dataset_configs" and isinstance(value, list):
+                if len(value) != 1:
+                    raise ConfigError(f"dataset_configs in {path}: give one config (dataset_config), got {value!r}")
+                value = value[0]
+        if key is None:
+            continue
         if key not in known:
             raise _unknown_key_error(key, known, f"in {path}")
         if actions is not None and key in actions:

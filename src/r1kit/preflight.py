@@ -369,19 +369,31 @@ def check_hub_push(hub_model_id: str | None, field: str = "push_to_hub") -> None
         raise ConfigError(f"{field}: true, but the Hub cannot be used ({reason}); set push_to_hub: false, or fix the network or login") from None
 
 
-def check_sft_inputs(script_args: Any, training_args: Any, model_args: Any) -> None:
-    """What an `r1kit sft` recipe points at: the built-in task, the model (or `r1kit:scratch`), the output folder and
-    the folder the model is published to."""
+def check_sft_inputs(script_args: Any, training_args: Any, model_args: Any, create_output_dir: bool = True) -> None:
+    """What an `r1kit sft` recipe points at: the dataset (or each mixture member; `r1kit:addition` is built in), the
+    model (or `r1kit:scratch`), benchmark names, report_to packages, the output folder and the folder the model is
+    published to."""
     from r1kit.configs import check_range
     from r1kit.modeling import BUILTIN_MODELS
 
-    if script_args.dataset_name != "r1kit:addition":
-        raise ConfigError(f"dataset_name: r1kit sft trains the built-in task r1kit:addition, got {script_args.dataset_name!r}")
     check_range(script_args, [("train_size", ">=", 1), ("heldout_size", ">=", 1), ("eval_every_steps", ">=", 1),
                               ("stop_at_accuracy", ">=", 0), ("stop_at_accuracy", "<=", 1), ("hidden_size", ">=", 1),
                               ("num_layers", ">=", 1), ("num_heads", ">=", 1)])
+    if script_args.dataset_mixture is not None:
+        for i, member in enumerate(script_args.dataset_mixture.datasets):
+            check_dataset_source(member.id, f"dataset_mixture.datasets[{i}].id")
+    else:
+        check_dataset_source(script_args.dataset_name, "dataset_name")
     check_model_source(model_args.model_name_or_path, "model_name_or_path", model_args.model_revision,
                        getattr(model_args, "gguf_file", None), builtins=("scratch", *BUILTIN_MODELS))
-    check_output_dir(training_args.output_dir)
+    check_attn_implementation(model_args.attn_implementation)
+    check_report_to_installed(training_args.report_to)
+    from r1kit.callbacks import callback_names
+
+    if "evaluate_benchmarks" in callback_names(training_args):
+        check_benchmark_names(training_args.benchmarks)
+    if training_args.push_to_hub:
+        check_hub_push(training_args.hub_model_id)
+    check_output_dir(training_args.output_dir, create=create_output_dir)
     if script_args.publish_to:
         check_output_dir(script_args.publish_to, create=False, field="publish_to")

@@ -1,11 +1,19 @@
-"""Supervised fine-tuning on TRL's `SFTTrainer`: the cold-start stage of the R1 recipe.
+"""Supervised fine-tuning on TRL's `SFTTrainer`: the distillation stage of the R1 recipe, from a YAML recipe.
 
-    r1kit sft --config recipes/demo/sft.yaml
+    r1kit sft --config recipes/OpenR1-Distill-7B/sft.yaml         # Open-R1's recipes, their keys unchanged
+    r1kit sft --config recipes/demo/sft.yaml                      # the embedded demo's cold start, on CPU
+    r1kit sft --config RECIPE --dry-run [--world-size N]          # check only, load no model
 
-With `model_name_or_path: r1kit:scratch` it builds a character-level tokenizer and a small Llama from scratch
-(sizes from the recipe) and teaches it worked solutions of the built-in addition task. `stop_at_accuracy` stops
-training once greedy held-out accuracy reaches a target, deliberately early, so that GRPO has room to improve it;
-`publish_to` copies the final model and tokenizer to a folder (the demo checkpoint r1kit ships).
+The pipeline mirrors `r1kit grpo`: strict recipe parsing (unknown keys, key migrations), checks before anything
+loads, the dataset (a Hub id, local files or folders, a mixture, or the built-in `r1kit:addition` worked solutions),
+the tokenizer (the recipe's `chat_template`, ChatML when the tokenizer has none, as Open-R1's sft.py), the model,
+Open-R1's callbacks (Hub revisions, per-checkpoint benchmarks), `resume: auto | never | path`, and the same outputs
+(`r1kit_run.json`, metrics, trainer state, a model card). Conversational data comes in a `messages` column, as in
+Open-R1's datasets, or as prompt/completion.
+
+With `model_name_or_path: r1kit:scratch` it builds a character-level tokenizer and a small Llama (sizes from the
+recipe), and `stop_at_accuracy` stops once greedy held-out accuracy on the built-in task reaches a target (the demo
+stops early on purpose, so that GRPO has room to improve it); `publish_to` copies the final model to a folder.
 """
 
 from __future__ import annotations
@@ -16,39 +24,90 @@ import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+import yaml
+from trl import ScriptArguments
+
+from r1kit.configs import ConfigError, DatasetMixtureConfig, parse_dataset_mixture
 
 logger = logging.getLogger("r1kit")
+BUILTIN_TASK = "r1kit:addition"
+CHATML = ("{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>'"
+          " + '\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
 
 
 @dataclass
-class SFTScriptArguments:
+class SFTScriptArguments(ScriptArguments):
     """Data and model-construction arguments of an SFT run.
 
     Args:
-        dataset_name (`str`, defaults to `"r1kit:addition"`): the built-in task whose worked solutions are learned.
-        train_size (`int`, defaults to `20000`): training problems generated.
-        heldout_size (`int`, defaults to `200`): test problems for the accuracy checks.
-        eval_every_steps (`int`, defaults to `25`): steps between accuracy checks.
+        dataset_name (`str` or `None`, defaults to `"r1kit:addition"`): Hub id, local file or folder, or the built-in
+            task `r1kit:addition` (worked solutions of multi-digit additions). Either this or `dataset_mixture`.
+        dataset_mixture (`dict` or `None`, defaults to `None`): Open-R1's `{datasets: [{id, config, split, columns,
+            weight}], seed, test_split_size}`.
+        train_size (`int`, defaults to `20000`): training problems generated for `r1kit:addition`.
+        heldout_size (`int`, defaults to `200`): test problems for the accuracy checks (`r1kit:addition`).
+        eval_every_steps (`int`, defaults to `25`): steps between accuracy checks (`r1kit:addition`).
         stop_at_accuracy (`float` or `None`, defaults to `None`): stop once held-out accuracy reaches this.
-        hidden_size / num_layers / num_heads (`int`): model size when building from scratch.
+        hidden_size / num_layers / num_heads (`int`): model size when building from scratch (`r1kit:scratch`).
+        characters (`str` or `None`, defaults to `None`): vocabulary of a tokenizer built from scratch.
         publish_to (`str` or `None`, defaults to `None`): copy the final model and tokenizer here.
-        characters (`str` or `None`, defaults to `None`): vocabulary of a tokenizer built from scratch (all printable
-            ASCII when `None`); the demo uses digits only, so that sampling cannot stray into letters.
     """
 
-    dataset_name: str = field(default="r1kit:addition", metadata={"help": "Built-in task to learn."})
-    train_size: int = field(default=20000, metadata={"help": "Training problems generated."})
-    heldout_size: int = field(default=200, metadata={"help": "Held-out problems for accuracy checks."})
-    eval_every_steps: int = field(default=25, metadata={"help": "Steps between accuracy checks."})
+    dataset_name: str | None = field(default=BUILTIN_TASK, metadata={"help": "Dataset: Hub id, local path or built-in."})
+    dataset_mixture: dict[str, Any] | None = field(default=None, metadata={"help": "Open-R1's dataset mixture."})
+    train_size: int = field(default=20000, metadata={"help": "Training problems generated (r1kit:addition)."})
+    heldout_size: int = field(default=200, metadata={"help": "Held-out problems for accuracy checks (r1kit:addition)."})
+    eval_every_steps: int = field(default=25, metadata={"help": "Steps between accuracy checks (r1kit:addition)."})
     stop_at_accuracy: float | None = field(default=None, metadata={"help": "Stop once held-out accuracy reaches this."})
     hidden_size: int = field(default=128, metadata={"help": "Hidden size of a model built from scratch."})
     num_layers: int = field(default=4, metadata={"help": "Layers of a model built from scratch."})
     num_heads: int = field(default=4, metadata={"help": "Attention heads of a model built from scratch."})
-    publish_to: str | None = field(default=None, metadata={"help": "Copy the final model and tokenizer here."})
     characters: str | None = field(default=None, metadata={"help": "Characters of a tokenizer built from scratch."})
+    publish_to: str | None = field(default=None, metadata={"help": "Copy the final model and tokenizer here."})
+
+    def __post_init__(self):
+        if self.dataset_name is None and self.dataset_mixture is None:
+            raise ConfigError("Either `dataset_name` or `dataset_mixture` must be provided")
+        if isinstance(self.dataset_mixture, str):  # given as JSON on the command line
+            self.dataset_mixture = yaml.safe_load(self.dataset_mixture)
+        if self.dataset_mixture is not None and not isinstance(self.dataset_mixture, DatasetMixtureConfig):
+            self.dataset_mixture = parse_dataset_mixture(self.dataset_mixture)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Data, tokenizer, model
+# --------------------------------------------------------------------------------------------------------------------
+def load_sft_data(script_args: SFTScriptArguments, training_args) -> Any:
+    """The training split: the built-in task's worked solutions, or the recipe's dataset (Open-R1's `messages`
+    column, or prompt/completion). Raises ConfigError for data SFT cannot train on."""
+    from datasets import Dataset
+
+    from r1kit.data import get_dataset
+
+    if script_args.dataset_mixture is None and script_args.dataset_name == BUILTIN_TASK:
+        from r1kit.tasks import sft_rows
+
+        return Dataset.from_list(sft_rows("train", script_args.train_size, training_args.seed))
+    dataset = get_dataset(script_args)
+    split = script_args.dataset_train_split
+    if split not in dataset:
+        raise ConfigError(f"dataset_train_split '{split}' not found; splits: {', '.join(dataset)}")
+    train = dataset[split]
+    columns = set(train.column_names)
+    text_field = training_args.dataset_text_field
+    if not ({"messages"} <= columns or {"prompt", "completion"} <= columns or text_field in columns):
+        raise ConfigError(
+            f"dataset: SFT needs a `messages` column (Open-R1's conversations), prompt/completion, or the text column "
+            f"`{text_field}` (dataset_text_field); found {sorted(columns)}"
+        )
+    return train
 
 
 def build_or_load(script_args: SFTScriptArguments, model_args, training_args):
+    """(model, tokenizer): built from scratch for `r1kit:scratch`, else loaded, with ChatML when the tokenizer has
+    no chat template."""
     from r1kit.modeling import build_char_tokenizer, build_tiny_llama, get_model, get_tokenizer
 
     if model_args.model_name_or_path == "r1kit:scratch":
@@ -56,42 +115,120 @@ def build_or_load(script_args: SFTScriptArguments, model_args, training_args):
         model = build_tiny_llama(tokenizer, script_args.hidden_size, script_args.num_layers, script_args.num_heads,
                                  seed=training_args.seed)
         return model, tokenizer
-    return get_model(model_args, training_args), get_tokenizer(model_args, training_args)
+    tokenizer = get_tokenizer(model_args, training_args)
+    if tokenizer.chat_template is None:
+        logger.info("The tokenizer has no chat template: using ChatML.")
+        tokenizer.chat_template = CHATML
+    return get_model(model_args, training_args), tokenizer
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The run
+# --------------------------------------------------------------------------------------------------------------------
+def check(script_args: SFTScriptArguments, training_args, model_args, dry_run: bool = False) -> None:
+    """Everything checked before anything loads (the run and `--dry-run` alike)."""
+    from r1kit.callbacks import CALLBACKS, check_hub_revision
+    from r1kit.preflight import check_sft_inputs
+
+    unknown = [c for c in training_args.callbacks if c not in CALLBACKS or c == "heldout_accuracy"]
+    if unknown:
+        raise ConfigError(f"unknown callback(s) {unknown} for r1kit sft; valid: push_to_hub_revision, evaluate_benchmarks")
+    check_sft_inputs(script_args, training_args, model_args, create_output_dir=not dry_run)
+    if training_args.resume not in ("auto", "never") and not Path(training_args.resume).is_dir():
+        raise ConfigError(f"resume: {training_args.resume} is neither 'auto', 'never' nor an existing checkpoint folder")
+    if not dry_run:
+        check_hub_revision(training_args)
 
 
 def main(script_args: SFTScriptArguments, training_args, model_args) -> dict:
-    from datasets import Dataset
+    """Runs an SFT recipe end to end; returns the summary (steps, seconds, metrics, held-out accuracy)."""
     from transformers import set_seed
     from trl import SFTTrainer
 
-    from r1kit.callbacks import HeldOutAccuracyCallback
+    from r1kit.callbacks import HeldOutAccuracyCallback, get_callbacks
+    from r1kit.checkpoints import find_resume_checkpoint
     from r1kit.data import SMALL_ROWS, progress_bars
-    from r1kit.preflight import check_sft_inputs
-    from r1kit.tasks import addition_problems, sft_rows
+    from r1kit.grpo import export_wandb_env, setup_logging, write_run_metadata
 
     set_seed(training_args.seed)
-    logging.basicConfig(format="%(asctime)s - %(levelname)s - %(name)s - %(message)s", level=logging.INFO)
-    check_sft_inputs(script_args, training_args, model_args)  # before anything loads
+    if training_args.torch_num_threads:
+        import torch
+
+        torch.set_num_threads(training_args.torch_num_threads)
+    setup_logging(training_args)
+    check(script_args, training_args, model_args)
+    checkpoint = find_resume_checkpoint(training_args.output_dir, training_args.resume)
+    export_wandb_env(training_args)
+    train = load_sft_data(script_args, training_args)
     model, tokenizer = build_or_load(script_args, model_args, training_args)
-    logger.info("Model: %s parameters", f"{sum(p.numel() for p in model.parameters()):,}")
-    train = Dataset.from_list(sft_rows("train", script_args.train_size, training_args.seed))
-    heldout = addition_problems("test", script_args.heldout_size)
-    tracker = HeldOutAccuracyCallback(
-        tokenizer, [r["prompt"] for r in heldout], [r["solution"] for r in heldout], training_args.output_dir,
-        every_steps=script_args.eval_every_steps, max_new_tokens=64, stop_at=script_args.stop_at_accuracy,
-    )
+    logger.info("Model: %s parameters; %s training rows", f"{sum(p.numel() for p in model.parameters()):,}", f"{len(train):,}")
+    is_main = training_args.process_index == 0
+    callbacks = get_callbacks(script_args, training_args, None, tokenizer, is_main)
+    tracker = None
+    if script_args.dataset_mixture is None and script_args.dataset_name == BUILTIN_TASK:
+        from r1kit.tasks import addition_problems
+
+        heldout = addition_problems("test", script_args.heldout_size)
+        tracker = HeldOutAccuracyCallback(
+            tokenizer, [r["prompt"] for r in heldout], [r["solution"] for r in heldout], training_args.output_dir,
+            every_steps=script_args.eval_every_steps, max_new_tokens=64, stop_at=script_args.stop_at_accuracy,
+        )
+        callbacks.append(tracker)
     with progress_bars(len(train) >= SMALL_ROWS):  # TRL's tokenising passes over small data flash past
         trainer = SFTTrainer(model=model, args=training_args, train_dataset=train, processing_class=tokenizer,
-                             callbacks=[tracker])
-    result = trainer.train()
+                             callbacks=callbacks)
+    if trainer.accelerator.is_main_process:
+        write_run_metadata(training_args, checkpoint, training_args.world_size)
+    result = trainer.train(resume_from_checkpoint=checkpoint)
+    metrics = result.metrics
+    metrics["train_samples"] = len(train)
+    trainer.log_metrics("train", metrics)
+    trainer.save_metrics("train", metrics)
+    trainer.save_state()
+    trainer.model.generation_config.eos_token_id = tokenizer.eos_token_id  # so that generation stops at EOS
     trainer.save_model(training_args.output_dir)
-    final = tracker.history[-1] if tracker.history else {}
-    summary = {"steps": trainer.state.global_step, "train_seconds": round(result.metrics["train_runtime"], 1),
-               "heldout_accuracy": final.get("accuracy"), "curve": [(r["step"], r["accuracy"]) for r in tracker.history]}
+    if trainer.accelerator.is_main_process:
+        try:
+            trainer.create_model_card(dataset_name=script_args.dataset_name, tags=["r1kit"])
+        except Exception as e:  # noqa: BLE001 - a model card is never worth a lost run
+            logger.warning("Could not write the model card: %s", e)
+    from r1kit.callbacks import EvaluateBenchmarksCallback
+
+    for evaluator in [c for c in trainer.callback_handler.callbacks if isinstance(c, EvaluateBenchmarksCallback)]:
+        evaluator.trainer = trainer
+        evaluator.finish(training_args.output_dir, trainer.state.global_step)
+    if training_args.push_to_hub:
+        trainer.push_to_hub(dataset_name=script_args.dataset_name, tags=["r1kit"])
+    final = tracker.history[-1] if tracker and tracker.history else {}
+    summary = {"steps": trainer.state.global_step, "train_seconds": round(metrics["train_runtime"], 1),
+               "train_loss": metrics.get("train_loss"), "heldout_accuracy": final.get("accuracy"),
+               "curve": [(r["step"], r["accuracy"]) for r in tracker.history] if tracker else []}
     (Path(training_args.output_dir) / "sft_summary.json").write_text(json.dumps(summary, indent=2))
     if script_args.publish_to:
         publish(Path(training_args.output_dir), Path(script_args.publish_to), summary)
     return summary
+
+
+def dry_run(script_args: SFTScriptArguments, training_args, model_args) -> str:
+    """Checks an SFT recipe without loading a model (local data is loaded and its columns checked); returns the
+    resolved configuration as YAML."""
+    from dataclasses import asdict
+
+    from r1kit.checkpoints import find_resume_checkpoint
+    from r1kit.grpo import is_local_data
+
+    check(script_args, training_args, model_args, dry_run=True)
+    if script_args.dataset_name == BUILTIN_TASK or is_local_data(script_args):
+        load_sft_data(script_args, training_args)
+
+    def plain(obj):
+        data = obj.to_dict() if hasattr(obj, "to_dict") else asdict(obj)
+        return {k: v for k, v in data.items() if isinstance(v, (str, int, float, bool, list, dict, type(None)))}
+
+    resolved = {"script_arguments": plain(script_args), "model_arguments": plain(model_args),
+                "training_arguments": plain(training_args),
+                "resume_from": find_resume_checkpoint(training_args.output_dir, training_args.resume)}
+    return yaml.safe_dump(resolved, sort_keys=False)
 
 
 SHIPPED_FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
@@ -108,16 +245,39 @@ def publish(source: Path, target: Path, summary: dict) -> None:
     logger.info("Published the model to %s", target)
 
 
-def cli(argv: list[str]) -> dict | None:
-    """Parses a recipe and runs it; returns the summary (None for --help)."""
-    from r1kit.configs import ModelConfig, SFTConfig, parse_args
+def parse(argv: list[str], world_size: str | None = None):
+    """The recipe and flags, parsed strictly (unknown keys, key migrations, types and choices), for `world_size`."""
+    import os
 
+    from r1kit.configs import WORLD_SIZE_ENV, ModelConfig, SFTConfig, parse_args
+
+    previous = os.environ.get(WORLD_SIZE_ENV)
+    if world_size:
+        os.environ[WORLD_SIZE_ENV] = world_size
+    try:
+        return parse_args(argv, default_config=None, dataclass_types=(SFTScriptArguments, SFTConfig, ModelConfig))
+    finally:
+        if world_size and previous is None:
+            os.environ.pop(WORLD_SIZE_ENV, None)
+
+
+def cli(argv: list[str]) -> dict | str | None:
+    """Parses a recipe and runs it (or, with --dry-run, checks it); returns the summary, the dry run's YAML, or None
+    for --help."""
     if "-h" in argv or "--help" in argv:
         return None
-    # The GRPO parser's strictness: unknown keys, wrong types and choices are one-line errors naming the key.
-    script_args, training_args, model_args = parse_args(
-        argv, default_config=None, dataclass_types=(SFTScriptArguments, SFTConfig, ModelConfig)
-    )
+    dry = "--dry-run" in argv
+    argv = [a for a in argv if a != "--dry-run"]
+    world_size = None
+    if "--world-size" in argv:
+        i = argv.index("--world-size")
+        if not dry or i + 1 >= len(argv) or not argv[i + 1].isdigit() or int(argv[i + 1]) < 1:
+            raise ConfigError("--world-size N (a positive number) goes with --dry-run")
+        world_size = argv[i + 1]
+        del argv[i : i + 2]
+    script_args, training_args, model_args = parse(argv, world_size)
+    if dry:
+        return dry_run(script_args, training_args, model_args)
     return main(script_args, training_args, model_args)
 
 

@@ -1,0 +1,79 @@
+"""Resume policy: which checkpoint a run continues from (`resume: auto | never | path`).
+
+`auto` continues from the newest *complete* checkpoint in `output_dir` (a half-written one, e.g. from a crash while
+saving, is skipped with a warning) and says so at the default log level; `never` starts fresh; a path continues from
+that checkpoint. Shared by `r1kit grpo` and `r1kit sft`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from pathlib import Path
+
+from r1kit.configs import ConfigError
+
+logger = logging.getLogger("r1kit")
+
+WEIGHT_FILES = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+    "adapter_model.safetensors",
+    "adapter_model.bin",
+)
+CHECKPOINT_NAME = re.compile(r"^checkpoint-(\d+)$")
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Resume
+# --------------------------------------------------------------------------------------------------------------------
+def checkpoint_problem(path: Path) -> str | None:
+    """Why `path` cannot be resumed from, or None when it holds a readable trainer state and weights."""
+    state = path / "trainer_state.json"
+    if not state.is_file():
+        return "no trainer_state.json"
+    try:
+        json.loads(state.read_text())
+    except (OSError, ValueError):
+        return "trainer_state.json is unreadable (half-written?)"
+    if not any((path / name).is_file() for name in WEIGHT_FILES) and not any(path.glob("global_step*")):
+        return "no model weights"
+    return None
+
+
+def find_resume_checkpoint(output_dir: str, resume: str) -> str | None:
+    """The checkpoint to resume from under the `resume` policy: `auto` (newest complete checkpoint in `output_dir`),
+    `never`, or a path."""
+    if resume == "never":
+        if list(Path(output_dir).glob("checkpoint-*")):
+            logger.warning("resume: never, but %s holds checkpoints; starting fresh (they may be overwritten).", output_dir)
+        return None
+    if resume != "auto":
+        path = Path(resume)
+        if not path.is_dir():
+            raise ConfigError(f"resume: {resume} is neither 'auto', 'never' nor an existing checkpoint folder")
+        problem = checkpoint_problem(path)
+        if problem:
+            raise ConfigError(f"cannot resume from {resume}: {problem}")
+        return str(path)
+    folder = Path(output_dir)
+    if not folder.is_dir():
+        return None
+    candidates = sorted(
+        (int(m[1]), p) for p in folder.iterdir() if p.is_dir() and (m := CHECKPOINT_NAME.match(p.name))
+    )
+    for _, path in reversed(candidates):
+        problem = checkpoint_problem(path)
+        if problem is None:
+            step = json.loads((path / "trainer_state.json").read_text()).get("global_step", "?")
+            # At the default log level too: a rerun that silently continues an old run would surprise.
+            logger.warning(
+                "Resuming from %s (step %s; resume: auto). To start fresh instead, set resume: never (--resume never).",
+                path, step,
+            )
+            return str(path)
+        logger.warning("Skipping incomplete checkpoint %s: %s.", path, problem)
+    return None
