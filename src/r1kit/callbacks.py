@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -191,7 +190,7 @@ class EvaluateBenchmarksCallback(TrainerCallback):
         self.running: list[tuple[int, Any, Path]] = []
         self.finished: dict[str, dict] = {}  # label -> {benchmark: metrics}
         self.failed: list[str] = []
-        self.trainer = None  # set by the pipeline, to log through the trainer's loggers
+        self.log = None  # the trainer's `log`, given by `attach`: metrics then reach every reporter
 
     def command(self, model_dir: Path, out: Path, step: int) -> list[str]:
         import sys
@@ -235,10 +234,16 @@ class EvaluateBenchmarksCallback(TrainerCallback):
                 continue
             metrics = {p.stem: json.loads(p.read_text())["metrics"] for p in out.glob("*.json")}
             self.finished[out.name] = metrics
-            if self.trainer is not None:
+            if self.log is not None:
                 flat = {f"eval/{b}/{k}": v for b, m in metrics.items() for k, v in m.items() if isinstance(v, (int, float))}
-                self.trainer.log(flat)
+                self.log(flat)
         self.running = still
+
+    def attach(self, trainer) -> None:
+        """Logs evaluation metrics through `trainer.log`, so they reach trainer_state.json and every `report_to`
+        integration. (Trainer hooks receive no trainer, and reporters run before user callbacks in `on_log`: a hook
+        alone could write the state, not reach the reporters.)"""
+        self.log = trainer.log
 
     def on_save(self, args, state, control, **kwargs):
         if self.is_main_process:
@@ -313,55 +318,3 @@ def get_callbacks(script_args, training_args, dataset, tokenizer, is_main_proces
         logger.info("push_to_hub_revision with benchmarks %s: each checkpoint is evaluated on them too (as Open-R1 "
                     "does), results in eval/", training_args.benchmarks)
     return [CALLBACKS[name](script_args, training_args, dataset, tokenizer, is_main_process) for name in names]
-
-
-class CompletionsRecorder:
-    """Writes every scored completion to `OUTPUT_DIR/completions.jsonl` with its step, prompt and the score of every
-    reward: what the model wrote, without wandb.
-
-    It wraps the trainer's reward calculation rather than a reward function, so each row holds every reward's score
-    whatever their kinds and order (plain functions, `async def` functions that TRL runs concurrently, reward models).
-    Only the main process writes (its own share of the batch); rows from evaluation carry `"mode": "eval"`.
-    """
-
-    def __init__(self, output_dir: str, enabled: bool = True):
-        self.path = Path(output_dir) / "completions.jsonl"
-        self.enabled = enabled
-
-    def attach(self, trainer) -> None:
-        """Records from now on each batch that `trainer` (a TRL `GRPOTrainer`) scores."""
-        if not self.enabled:
-            return
-        calculate = getattr(trainer, "_calculate_rewards", None)
-        if calculate is None:  # a TRL whose internals moved: say so rather than leave an empty file
-            logger.warning("This TRL's GRPOTrainer has no _calculate_rewards: completions.jsonl will not be written.")
-            return
-
-        def calculate_and_record(inputs, prompts, completions, completion_ids_list):
-            rewards = calculate(inputs, prompts, completions, completion_ids_list)
-            # Gathered over processes, in rank order: this process's rows are its own slice.
-            n, rank = len(prompts), trainer.accelerator.process_index
-            training = trainer.model.training
-            step = trainer.state.global_step + 1 if training else trainer.state.global_step
-            self.write(step, "train" if training else "eval", prompts, completions, list(trainer.reward_func_names),
-                       rewards[rank * n : (rank + 1) * n].tolist())
-            return rewards
-
-        trainer._calculate_rewards = calculate_and_record
-
-    def write(self, step: int, mode: str, prompts: list, completions: list, names: list[str],
-              scores: list[list[float]]) -> None:
-        """Appends one row per completion; a reward's `None` (NaN in TRL's tensor) stays `null`."""
-        from r1kit.rewards._text import completion_text
-
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self.path.open("a") as f:
-            for prompt, completion, row_scores in zip(prompts, completions, scores):
-                row = {
-                    "step": step,
-                    "mode": mode,
-                    "prompt": completion_text(prompt[-1:]) if isinstance(prompt, list) else prompt,
-                    "completion": completion_text(completion),
-                    "rewards": {name: None if math.isnan(v) else v for name, v in zip(names, row_scores)},
-                }
-                f.write(json.dumps(row) + "\n")

@@ -1,8 +1,13 @@
 """The GRPO pipeline: a recipe in, a trained model out, on TRL's `GRPOTrainer`.
 
-`main(script_args, training_args, model_args)` runs Open-R1's steps in order: seed, logging, checks, resume decision,
-W&B environment, dataset, tokenizer, model, rewards, prompts, trainer, train, metrics and state, final save, model
-card, optional evaluation and push. Everything that can be checked without weights is checked before the model loads.
+    main = setup -> train -> finish
+    setup:  seed, logging; every check that needs no weights (`check_before_loading`); the resume decision
+            (`checkpoints`); the data (`prepare_dataset`: columns and rows checked); the trainer (`build_trainer`:
+            tokenizer, model, rewards, callbacks, the completions recorder); r1kit_run.json and the start-up block
+    train:  `trainer.train`, then its metrics and state
+    finish: the final model and card, the final benchmark evaluations, optional evaluation and push, summary.json
+
+What a run writes besides the model lives in `outputs`, the resume policy in `checkpoints`, the checks in `preflight`.
 
 Launch it any of these ways:
     r1kit grpo --config recipe.yaml
@@ -13,7 +18,6 @@ Launch it any of these ways:
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import sys
@@ -25,7 +29,6 @@ from r1kit.checkpoints import find_resume_checkpoint
 from r1kit.configs import ConfigError, GRPOConfig, GRPOScriptArguments
 
 logger = logging.getLogger("r1kit")
-startup_logger = logging.getLogger("r1kit.startup")
 
 # --------------------------------------------------------------------------------------------------------------------
 # Checks that need no weights
@@ -124,42 +127,6 @@ def prepare_dataset(script_args: GRPOScriptArguments, training_args: GRPOConfig)
 # --------------------------------------------------------------------------------------------------------------------
 # The run
 # --------------------------------------------------------------------------------------------------------------------
-def setup_logging(training_args: GRPOConfig) -> None:
-    import datasets
-    import transformers
-
-    logging.basicConfig(
-        format="%(asctime)s - %(levelname)s - %(name)s - %(message)s",
-        datefmt="%Y-%m-%d %H:%M:%S",
-        handlers=[logging.StreamHandler(sys.stdout)],
-    )
-    level = training_args.get_process_log_level()  # the main process at log_level, the others at log_level_replica
-    logger.setLevel(level)
-    logging.getLogger("r1kit").setLevel(level)
-    datasets.utils.logging.set_verbosity(level)
-    transformers.utils.logging.set_verbosity(level)
-    transformers.utils.logging.enable_default_handler()
-    transformers.utils.logging.enable_explicit_format()
-    # The start-up block: plain lines, shown at the default level on the main process (log_level: error hides it).
-    handler = logging.StreamHandler(sys.stdout)
-    handler.setFormatter(logging.Formatter("%(message)s"))
-    startup_logger.handlers = [handler]
-    startup_logger.propagate = False
-    startup_logger.setLevel(logging.INFO if training_args.process_index == 0 and level <= logging.WARNING else logging.ERROR)
-
-
-def export_wandb_env(training_args: GRPOConfig) -> None:
-    if "wandb" not in (training_args.report_to or []):
-        return
-    for name, value in (
-        ("WANDB_ENTITY", training_args.wandb_entity),
-        ("WANDB_PROJECT", training_args.wandb_project),
-        ("WANDB_RUN_GROUP", training_args.wandb_run_group),
-    ):
-        if value is not None:
-            os.environ[name] = value
-
-
 def generation_prompt_ends_in_think(tokenizer) -> bool:
     """Whether the chat template pre-fills `<think>` (R1-Distill style), so completions start inside the block."""
     try:
@@ -171,27 +138,20 @@ def generation_prompt_ends_in_think(tokenizer) -> bool:
     return str(text).rstrip().endswith("<think>")
 
 
-def write_run_metadata(training_args: GRPOConfig, resumed_from: str | None, world_size: int) -> None:
-    import torch
-    import transformers
-    import trl
-
-    meta = {
-        "world_size": world_size,
-        "resumed_from": resumed_from,
-        "versions": {"torch": torch.__version__, "transformers": transformers.__version__, "trl": trl.__version__},
-        "argv": sys.argv,
-    }
-    Path(training_args.output_dir).mkdir(parents=True, exist_ok=True)
-    (Path(training_args.output_dir) / "r1kit_run.json").write_text(json.dumps(meta, indent=2))
+def attach_callbacks(trainer) -> None:
+    """Gives the callbacks that log through the trainer (`attach(trainer)`) their trainer, once it exists."""
+    for callback in trainer.callback_handler.callbacks:
+        if hasattr(callback, "attach"):
+            callback.attach(trainer)
 
 
 def build_trainer(script_args: GRPOScriptArguments, training_args: GRPOConfig, model_args: Any, dataset, raw_dataset=None):
     """Tokenizer, model, rewards, callbacks and `GRPOTrainer`, as Open-R1 builds them."""
     from trl import GRPOTrainer, get_peft_config
 
-    from r1kit.callbacks import CompletionsRecorder, get_callbacks
+    from r1kit.callbacks import get_callbacks
     from r1kit.modeling import get_model, get_tokenizer
+    from r1kit.outputs import CompletionsRecorder
     from r1kit.rewards import get_reward_funcs
 
     tokenizer = get_tokenizer(model_args, training_args)
@@ -219,6 +179,7 @@ def build_trainer(script_args: GRPOScriptArguments, training_args: GRPOConfig, m
         callbacks=callbacks,
         processing_class=tokenizer,
     )
+    attach_callbacks(trainer)
     recorder = CompletionsRecorder(training_args.output_dir, enabled=training_args.log_completions_file and is_main)
     recorder.attach(trainer)  # every scored completion, with every reward's score, to completions.jsonl
     if training_args.compact_progress:
@@ -231,50 +192,19 @@ def build_trainer(script_args: GRPOScriptArguments, training_args: GRPOConfig, m
     return trainer
 
 
-def startup_summary(script_args, training_args, model_args, trainer, dataset, checkpoint: str | None) -> str:
-    """The block a run starts with: model, data (rows per split), rewards and weights, steps, output folder, resume."""
-    import math
-
-    from r1kit.data import split_sizes
-
-    params = sum(p.numel() for p in trainer.model.parameters())
-    trainable = sum(p.numel() for p in trainer.model.parameters() if p.requires_grad)
-    dtype = next(trainer.model.parameters()).dtype
-    precision = "bf16" if training_args.bf16 else "fp16" if training_args.fp16 else str(dtype).replace("torch.", "")
-    weights = training_args.reward_weights or [1.0] * len(script_args.reward_funcs)
-    args, world = training_args, training_args.world_size
-    completions_per_step = args.per_device_train_batch_size * world * args.gradient_accumulation_steps
-    prompts_per_step = completions_per_step // args.num_generations
-    train_rows = len(dataset[script_args.dataset_train_split])
-    if args.max_steps > 0:
-        steps = f"{args.max_steps:,}"
-    else:
-        per_epoch = math.ceil(train_rows * args.num_generations * args.num_iterations / completions_per_step)
-        steps = f"about {math.ceil(per_epoch * args.num_train_epochs):,} ({args.num_train_epochs:g} epochs)"
-    source = script_args.dataset_name or f"mixture of {len(script_args.dataset_mixture.datasets)} datasets"
-    if checkpoint:
-        resume = f"continues {checkpoint} (resume: {args.resume})"
-    else:
-        resume = "starts at step 0" + (" (resume: never)" if args.resume == "never" else "")
-    lines = [
-        "r1kit grpo",
-        f"  model    {model_args.model_name_or_path} ({params:,} parameters"
-        + (", all trainable" if trainable == params else f", {trainable:,} trainable")
-        + f"; {precision} on {args.device}" + (f" x {world} processes" if world > 1 else "") + ")",
-        f"  data     {source}: {split_sizes(dataset)} rows; trains on '{script_args.dataset_train_split}', "
-        f"prompt column '{script_args.dataset_prompt_column}'",
-        "  rewards  " + ", ".join(f"{name} x{w:g}" for name, w in zip(script_args.reward_funcs, weights)),
-        f"  steps    {steps}, each {prompts_per_step} prompts x {args.num_generations} completions "
-        f"(learning rate {args.learning_rate:g}, {getattr(args.lr_scheduler_type, 'value', args.lr_scheduler_type)})",
-        f"  output   {args.output_dir}",
-        f"  resume   {resume}",
-    ]
-    return "\n".join(lines)
-
-
 def main(script_args: GRPOScriptArguments, training_args: GRPOConfig, model_args: Any) -> dict:
     """Runs a GRPO recipe end to end; returns the training metrics."""
+    trainer, dataset, checkpoint = setup(script_args, training_args, model_args)
+    metrics = train(trainer, dataset[script_args.dataset_train_split], checkpoint)
+    return finish(trainer, metrics, script_args, training_args)
+
+
+def setup(script_args: GRPOScriptArguments, training_args: GRPOConfig, model_args: Any):
+    """Seed and logging, every check that needs no weights, the resume decision, the data, then the trainer (model,
+    rewards, callbacks). Returns (trainer, dataset, checkpoint to resume from)."""
     from transformers import set_seed
+
+    from r1kit.outputs import export_wandb_env, setup_logging, startup_logger, startup_summary, write_run_metadata
 
     set_seed(training_args.seed)
     if training_args.torch_num_threads:
@@ -282,65 +212,62 @@ def main(script_args: GRPOScriptArguments, training_args: GRPOConfig, model_args
 
         torch.set_num_threads(training_args.torch_num_threads)
     setup_logging(training_args)
-    world_size = training_args.world_size
-    logger.log(
-        logging.WARNING if world_size > 1 else logging.INFO,  # one process: the start-up block says it all
-        "Process rank %s / world size %s, device %s, distributed: %s, bf16: %s",
-        training_args.process_index,
-        world_size,
-        training_args.device,
-        training_args.parallel_mode.value,
-        training_args.bf16,
-    )
-    logger.info("Script arguments %s", script_args)
-    logger.info("Training arguments %s", training_args)
-    logger.info("Model arguments %s", model_args)
-
-    validate_args(script_args, training_args, model_args)
-    from r1kit.callbacks import check_hub_revision
-    from r1kit.preflight import check_inputs, preflight
-
-    preflight(training_args, model_args)
-    check_hub_revision(training_args)
-    check_inputs(script_args, training_args, model_args)  # data and model sources, output folder: before any load
+    log_process(training_args)
+    check_before_loading(script_args, training_args, model_args)
     checkpoint = find_resume_checkpoint(training_args.output_dir, training_args.resume)
     export_wandb_env(training_args)
     dataset, raw_dataset = prepare_dataset(script_args, training_args)
     trainer = build_trainer(script_args, training_args, model_args, dataset, raw_dataset)
     if trainer.accelerator.is_main_process:
-        write_run_metadata(training_args, checkpoint, world_size)
+        write_run_metadata(training_args, checkpoint, training_args.world_size)
     startup_logger.info(startup_summary(script_args, training_args, model_args, trainer, dataset, checkpoint))
+    return trainer, dataset, checkpoint
 
-    from r1kit.callbacks import EvaluateBenchmarksCallback
 
-    evaluators = [c for c in trainer.callback_handler.callbacks if isinstance(c, EvaluateBenchmarksCallback)]
-    for evaluator in evaluators:
-        evaluator.trainer = trainer
+def log_process(training_args: GRPOConfig) -> None:
+    logger.log(
+        logging.WARNING if training_args.world_size > 1 else logging.INFO,  # one process: the start-up block says it
+        "Process rank %s / world size %s, device %s, distributed: %s, bf16: %s",
+        training_args.process_index, training_args.world_size, training_args.device,
+        training_args.parallel_mode.value, training_args.bf16,
+    )
+    logger.info("Training arguments %s", training_args)
+
+
+def check_before_loading(script_args: GRPOScriptArguments, training_args: GRPOConfig, model_args: Any) -> None:
+    """Everything checked before the data and the model load (the run; `dry_run` checks the same)."""
+    from r1kit.callbacks import check_hub_revision
+    from r1kit.preflight import check_inputs, preflight
+
+    validate_args(script_args, training_args, model_args)
+    preflight(training_args, model_args)
+    check_hub_revision(training_args)
+    check_inputs(script_args, training_args, model_args)  # data and model sources, output folder
+
+
+def train(trainer, train_split, checkpoint: str | None) -> dict:
+    """Trains (from `checkpoint` when resuming); saves the metrics and the trainer state."""
     logger.info("*** Train ***")
-    train_result = trainer.train(resume_from_checkpoint=checkpoint)
-    metrics = train_result.metrics
-    metrics["train_samples"] = len(dataset[script_args.dataset_train_split])
+    metrics = trainer.train(resume_from_checkpoint=checkpoint).metrics
+    metrics["train_samples"] = len(train_split)
     trainer.log_metrics("train", metrics)
     trainer.save_metrics("train", metrics)
     trainer.save_state()
+    return metrics
+
+
+def finish(trainer, metrics: dict, script_args: GRPOScriptArguments, training_args: GRPOConfig) -> dict:
+    """The final model and card, the final benchmark evaluations, the optional evaluation and push, summary.json."""
+    from r1kit.callbacks import EvaluateBenchmarksCallback
+    from r1kit.outputs import save_final_model, write_summary
 
     logger.info("*** Save model ***")
-    tokenizer = trainer.processing_class
-    trainer.model.generation_config.eos_token_id = tokenizer.eos_token_id  # so that pipeline() stops at EOS
-    trainer.save_model(training_args.output_dir)
-    if trainer.accelerator.is_main_process:
-        try:
-            trainer.create_model_card(dataset_name=script_args.dataset_name, tags=["r1kit"])
-        except Exception as e:  # noqa: BLE001 - a model card is never worth a lost run
-            logger.warning("Could not write the model card: %s", e)
-        trainer.model.config.use_cache = True
-        trainer.model.config.save_pretrained(training_args.output_dir)
-
+    save_final_model(trainer, training_args, script_args.dataset_name)
+    evaluators = [c for c in trainer.callback_handler.callbacks if isinstance(c, EvaluateBenchmarksCallback)]
     for evaluator in evaluators:
         evaluator.finish(training_args.output_dir, trainer.state.global_step)
     if evaluators:
         trainer.save_state()  # with the evaluation metrics logged since
-
     if training_args.do_eval:
         if trainer.eval_dataset is None:
             logger.warning("do_eval is set but there is no eval dataset (eval_strategy: no); skipping evaluation.")
@@ -350,7 +277,6 @@ def main(script_args: GRPOScriptArguments, training_args: GRPOConfig, model_args
             eval_metrics["eval_samples"] = len(trainer.eval_dataset)
             trainer.log_metrics("eval", eval_metrics)
             trainer.save_metrics("eval", eval_metrics)
-
     if training_args.push_to_hub:
         logger.info("Pushing to the Hub...")
         trainer.push_to_hub(dataset_name=script_args.dataset_name, tags=["r1kit"])
@@ -358,26 +284,6 @@ def main(script_args: GRPOScriptArguments, training_args: GRPOConfig, model_args
     if summary:
         metrics["summary"] = summary
     return metrics
-
-
-def write_summary(trainer, metrics: dict, training_args: GRPOConfig) -> dict | None:
-    """`OUTPUT_DIR/summary.json` (accuracy before/after, seconds, steps) when held-out accuracy was tracked."""
-    from r1kit.callbacks import HeldOutAccuracyCallback
-
-    tracker = next((c for c in trainer.callback_handler.callbacks if isinstance(c, HeldOutAccuracyCallback)), None)
-    if tracker is None or not tracker.history or not trainer.accelerator.is_main_process:
-        return None
-    history = sorted(tracker.history, key=lambda r: r["step"])
-    summary = {
-        "accuracy_before": history[0]["accuracy"],
-        "accuracy_after": history[-1]["accuracy"],
-        "train_seconds": round(metrics.get("train_runtime", 0.0), 1),
-        "steps": trainer.state.global_step,
-        "output_dir": str(Path(training_args.output_dir).resolve()),
-        "accuracy_curve": [(r["step"], r["accuracy"]) for r in history],
-    }
-    (Path(training_args.output_dir) / "summary.json").write_text(json.dumps(summary, indent=2))
-    return summary
 
 
 def dry_run(script_args: GRPOScriptArguments, training_args: GRPOConfig, model_args: Any) -> str:

@@ -148,7 +148,8 @@ def main(script_args: SFTScriptArguments, training_args, model_args) -> dict:
     from r1kit.callbacks import HeldOutAccuracyCallback, get_callbacks
     from r1kit.checkpoints import find_resume_checkpoint
     from r1kit.data import SMALL_ROWS, progress_bars
-    from r1kit.grpo import export_wandb_env, setup_logging, write_run_metadata
+    from r1kit.grpo import attach_callbacks
+    from r1kit.outputs import export_wandb_env, save_final_model, setup_logging, write_run_metadata
 
     set_seed(training_args.seed)
     if training_args.torch_num_threads:
@@ -177,6 +178,7 @@ def main(script_args: SFTScriptArguments, training_args, model_args) -> dict:
     with progress_bars(len(train) >= SMALL_ROWS):  # TRL's tokenising passes over small data flash past
         trainer = SFTTrainer(model=model, args=training_args, train_dataset=train, processing_class=tokenizer,
                              callbacks=callbacks)
+    attach_callbacks(trainer)
     if trainer.accelerator.is_main_process:
         write_run_metadata(training_args, checkpoint, training_args.world_size)
     result = trainer.train(resume_from_checkpoint=checkpoint)
@@ -185,17 +187,10 @@ def main(script_args: SFTScriptArguments, training_args, model_args) -> dict:
     trainer.log_metrics("train", metrics)
     trainer.save_metrics("train", metrics)
     trainer.save_state()
-    trainer.model.generation_config.eos_token_id = tokenizer.eos_token_id  # so that generation stops at EOS
-    trainer.save_model(training_args.output_dir)
-    if trainer.accelerator.is_main_process:
-        try:
-            trainer.create_model_card(dataset_name=script_args.dataset_name, tags=["r1kit"])
-        except Exception as e:  # noqa: BLE001 - a model card is never worth a lost run
-            logger.warning("Could not write the model card: %s", e)
+    save_final_model(trainer, training_args, script_args.dataset_name)
     from r1kit.callbacks import EvaluateBenchmarksCallback
 
     for evaluator in [c for c in trainer.callback_handler.callbacks if isinstance(c, EvaluateBenchmarksCallback)]:
-        evaluator.trainer = trainer
         evaluator.finish(training_args.output_dir, trainer.state.global_step)
     if training_args.push_to_hub:
         trainer.push_to_hub(dataset_name=script_args.dataset_name, tags=["r1kit"])
