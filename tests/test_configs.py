@@ -183,7 +183,7 @@ def test_resume_path_must_exist(tmp_path):
 
 
 def test_wandb_settings_are_exported_only_when_reporting_to_wandb(tmp_path, monkeypatch):
-    from r1kit.grpo import export_wandb_env
+    from r1kit.outputs import export_wandb_env
 
     for name in ("WANDB_ENTITY", "WANDB_PROJECT", "WANDB_RUN_GROUP"):
         monkeypatch.setenv(name, "")  # restored (removed) after the test

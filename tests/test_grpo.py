@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from r1kit.checkpoints import find_resume_checkpoint
 from r1kit.configs import parse_args
-from r1kit.grpo import find_resume_checkpoint, main
+from r1kit.grpo import main
 from tests.conftest import tiny_recipe, write_recipe
 
 REPO = Path(__file__).resolve().parents[1]

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import pytest
 import torch
 
@@ -13,16 +11,16 @@ needs_cpu_only = pytest.mark.skipif(torch.cuda.is_available(), reason="checks th
 
 
 def model_args(**kw):
-    base = dict(
-        model_name_or_path="r1kit:tiny-random", model_revision="main", dtype="float32", attn_implementation=None,
-        load_in_4bit=False, load_in_8bit=False, bnb_4bit_quant_type="nf4", use_bnb_nested_quant=False,
-        bnb_4bit_quant_storage=None,
-    )
-    return SimpleNamespace(**{**base, **kw})
+    from r1kit.configs import ModelConfig
+
+    return ModelConfig(**{"model_name_or_path": "r1kit:tiny-random", "dtype": "float32", **kw})
 
 
 def training_args(**kw):
-    return SimpleNamespace(**{"trust_remote_code": False, "gradient_checkpointing": False, "chat_template": None, **kw})
+    from r1kit.configs import GRPOConfig
+
+    return GRPOConfig(**{"output_dir": "unused", "bf16": False, "report_to": "none", "gradient_checkpointing": False,
+                         "num_generations": 2, "per_device_train_batch_size": 2, **kw})
 
 
 def test_builtin_tiny_model_is_built_once_and_loads():

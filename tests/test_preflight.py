@@ -27,7 +27,7 @@ def model(**kw):
 def gpu_and_vllm(monkeypatch):
     """Pretend vLLM and a GPU are there, to reach the checks behind them."""
     monkeypatch.setattr(preflight, "installed", lambda m: True)
-    monkeypatch.setattr(preflight, "cuda_available", lambda: True)
+    monkeypatch.setattr(preflight, "has_cuda", lambda: True)
 
 
 def test_nothing_to_check_by_default():
@@ -42,7 +42,7 @@ def test_use_vllm_without_vllm(monkeypatch):
 
 def test_use_vllm_without_gpu(monkeypatch):
     monkeypatch.setattr(preflight, "installed", lambda m: True)
-    monkeypatch.setattr(preflight, "cuda_available", lambda: False)
+    monkeypatch.setattr(preflight, "has_cuda", lambda: False)
     with pytest.raises(ConfigError, match="needs a CUDA GPU.*use_vllm: false"):
         preflight.preflight(training(use_vllm=True), model())
 
@@ -85,7 +85,7 @@ def test_deepspeed_requested_but_not_installed(monkeypatch):
 
 
 def test_quantisation_without_gpu(monkeypatch):
-    monkeypatch.setattr(preflight, "cuda_available", lambda: False)
+    monkeypatch.setattr(preflight, "has_cuda", lambda: False)
     for flag in ("load_in_4bit", "load_in_8bit"):
         with pytest.raises(ConfigError, match="need a CUDA GPU"):
             preflight.preflight(training(), model(**{flag: True}))

@@ -19,6 +19,8 @@ from typing import Any
 from transformers import TrainerCallback
 from transformers.trainer_callback import ProgressCallback
 
+from r1kit.rewards.verify import DEFAULT_TIMEOUT
+
 logger = logging.getLogger(__name__)
 
 # The Slurm job script `benchmark_launcher: slurm` submits; it ships inside the package (slurm/evaluate.slurm in a
@@ -31,7 +33,7 @@ class HeldOutAccuracyCallback(TrainerCallback):
 
     def __init__(self, tokenizer, problems: list[str], golds: list[Any], output_dir: str, every_steps: int = 0,
                  system_prompt: str | None = None, max_new_tokens: int = 64, is_main_process: bool = True,
-                 stop_at: float | None = None, timeout: float = 5.0):
+                 stop_at: float | None = None, timeout: float = DEFAULT_TIMEOUT):
         self.tokenizer = tokenizer
         self.problems, self.golds = problems, golds
         self.path = Path(output_dir) / "heldout_accuracy.jsonl"

@@ -18,6 +18,8 @@ commands:
             (no --config: the embedded demo recipe)
   sft       supervised fine-tuning (distillation, cold start): r1kit sft --config RECIPE [--dry-run]
   evaluate  score a model on benchmarks: r1kit evaluate --model PATH --benchmarks humaneval,addition
+  decontaminate  drop training rows that share an 8-gram with a benchmark:
+            r1kit decontaminate --dataset TRAIN --benchmarks math_500,aime24,... --output DIR
   rewards   list the registered reward functions and the dataset columns each needs
   report    draw a run's curves: r1kit report OUTPUT_DIR (writes OUTPUT_DIR/report.png)
 
@@ -230,10 +232,23 @@ def report_command(argv: list[str]) -> int:
     return cli(argv)
 
 
+@one_line_errors
+def decontaminate_command(argv: list[str]) -> int:
+    """`r1kit decontaminate --dataset TRAIN --benchmarks NAMES_OR_FILES --output DIR [--ngram 8] [--column problem]`."""
+    from r1kit.decontaminate import add_parser
+
+    subparsers = ArgumentParser(prog="r1kit").add_subparsers()
+    parser = add_parser(subparsers)
+    parser.prog = "r1kit decontaminate"
+    args = parser.parse_args(argv)
+    return args.command(args)
+
+
 COMMANDS = {
     "grpo": grpo_command,
     "sft": sft_command,
     "evaluate": evaluate_command,
+    "decontaminate": decontaminate_command,
     "rewards": rewards_command,
     "report": report_command,
 }

@@ -23,6 +23,9 @@ import trl.trainer.model_config
 import yaml
 from trl import ScriptArguments, TrlParser
 
+from r1kit.machine import has_cuda, installed
+from r1kit.rewards.verify import DEFAULT_TIMEOUT
+
 logger = logging.getLogger(__name__)
 
 DEFAULT_RECIPE = Path(__file__).parent / "recipes" / "demo_grpo.yaml"
@@ -271,7 +274,7 @@ class GRPOScriptArguments(ScriptArguments):
         default=None,
         metadata={"help": "Accept completions that start inside <think> (default: when the template pre-fills it)."},
     )
-    reward_timeout: float = field(default=5.0, metadata={"help": "Seconds allowed to verify one math answer."})
+    reward_timeout: float = field(default=DEFAULT_TIMEOUT, metadata={"help": "Seconds allowed to verify one math answer."})
     reward_workers: int | None = field(
         default=None, metadata={"help": "Processes verifying math answers (default: number of cores, at most 8)."}
     )
@@ -304,12 +307,6 @@ class GRPOScriptArguments(ScriptArguments):
         )
 
 
-def _cuda_available() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
-
-
 def apply_machine_defaults(args: Any) -> None:
     """r1kit's corrections to TRL's training defaults, made before transformers reads them (GRPO and SFT alike).
 
@@ -320,7 +317,7 @@ def apply_machine_defaults(args: Any) -> None:
       print a FutureWarning; `activation_checkpointing`, when set, wins, as in transformers.
     - no pinned memory without a GPU: torch can only warn that it has nothing to pin to.
     """
-    has_gpu = _cuda_available()
+    has_gpu = has_cuda()
     if args.bf16 is None:
         args.bf16 = bool(has_gpu and not args.fp16)
     elif args.bf16 and not has_gpu and not args.use_cpu:
@@ -361,11 +358,9 @@ def _check_deepspeed_field(deepspeed: Any) -> None:
     """transformers reads the `deepspeed` config (and imports DeepSpeed) while the arguments are built: check first."""
     if not deepspeed:
         return
-    import importlib.util
-
     if isinstance(deepspeed, str) and not deepspeed.lstrip().startswith("{") and not Path(deepspeed).is_file():
         raise ConfigError(f"deepspeed: {deepspeed} does not exist; give the path of a DeepSpeed JSON config")
-    if importlib.util.find_spec("deepspeed") is None:
+    if not installed("deepspeed"):
         raise ConfigError(
             "deepspeed: DeepSpeed is not installed: pip install 'r1kit[deepspeed]', or remove `deepspeed` and launch "
             "with recipes/accelerate_configs/ddp.yaml or fsdp.yaml"
@@ -633,9 +628,7 @@ KEY_MIGRATIONS: dict[str, tuple[str | None, str]] = {
 
 
 def _liger_installed() -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec("liger_kernel") is not None
+    return installed("liger_kernel")
 
 
 class _StrictParser(TrlParser):

