@@ -183,7 +183,7 @@ class CompletionsRecorder:
     def write(self, step: int, mode: str, prompts: list, completions: list, names: list[str],
               scores: list[list[float]]) -> None:
         """Appends one row per completion; a reward's `None` (NaN in TRL's tensor) stays `null`."""
-        from r1kit.rewards._text import completion_text
+        from r1kit.rewards.text import completion_text
 
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self.path.open("a") as f:

@@ -14,8 +14,8 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from r1kit.rewards._text import per_sample, texts
 from r1kit.rewards.format import fenced_blocks
+from r1kit.rewards.text import per_sample, texts
 from r1kit.sandbox import LANGUAGES, SANDBOX_ERROR, Program, get_provider
 
 logger = logging.getLogger(__name__)
@@ -241,6 +241,21 @@ def _make_test_case_reward(name: str, script_args: Any, binary: bool) -> Callabl
     rows = RowWarnings(name)
 
     def reward(completions, verification_info=None, log_metric=None, **kwargs) -> list[float | None]:
+        """Runs each completion's last fenced block on its row's test cases in the sandbox.
+
+        Args:
+            completions (`list`): completions, plain or conversational.
+            verification_info (`list[dict | str]`): Open-R1's rows: `{language, test_cases: [{input, output}],
+                time_limit?, memory_limit?}`, as mappings or JSON text.
+
+        Returns:
+            `list[float | None]`: the fraction of tests passed (code) or 1.0 / 0.0 (binary_code); 0.0 for no code;
+            None for a row that cannot be judged or a sandbox failure.
+
+        Example:
+            >>> reward(["```python\nprint(2)\n```"], verification_info=[{"test_cases": [{"input": "", "output": "2"}]}])
+            [1.0]
+        """
         programs = _test_programs(completions, verification_info, script_args.code_language, rows)
         fractions, errors = _pass_fractions(provider, programs)
         count_errors(log_metric, name, errors, sum(p is None for p in programs))

@@ -16,7 +16,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from r1kit.rewards._text import texts
 from r1kit.rewards.code import (
     BadRow,
     RowWarnings,
@@ -29,6 +28,7 @@ from r1kit.rewards.code import (
     sample_rows,
     text_field,
 )
+from r1kit.rewards.text import texts
 from r1kit.sandbox import COMPILE_ERROR, PASSED, SANDBOX_ERROR, WRONG_ANSWER, Program, TestResult
 
 logger = logging.getLogger(__name__)

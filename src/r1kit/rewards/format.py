@@ -6,7 +6,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from r1kit.rewards._text import per_sample, texts
+from r1kit.rewards.text import per_sample, texts
 
 TAGS = ("<think>", "</think>", "<answer>", "</answer>")
 _SHAPE = re.compile(r"\A\s*(?P<open><think>)?(?P<think>.*?)</think>\s*<answer>(?P<answer>.*?)</answer>\s*\Z", re.DOTALL)
@@ -30,6 +30,18 @@ def make_format_reward(script_args: Any, training_args: Any = None) -> Callable:
     prefilled = bool(script_args.format_think_prefilled)
 
     def format_reward(completions, **kwargs) -> list[float]:
+        """1.0 for exactly one `<think>...</think>` block then one `<answer>...</answer>` block and nothing else.
+
+        Args:
+            completions (`list`): completions, plain or conversational.
+
+        Returns:
+            `list[float]`: 1.0 or 0.0 per completion.
+
+        Example:
+            >>> format_reward(["<think>a</think><answer>b</answer>", "<answer>b</answer>"])
+            [1.0, 0.0]
+        """
         return [1.0 if think_answer_parts(t, prefilled) is not None else 0.0 for t in texts(completions)]
 
     return format_reward
@@ -39,6 +51,15 @@ def make_tag_count_reward(script_args: Any, training_args: Any = None) -> Callab
     prefilled = bool(script_args.format_think_prefilled)
 
     def tag_count_reward(completions, **kwargs) -> list[float]:
+        """0.25 for each of `<think>`, `</think>`, `<answer>`, `</answer>` present exactly once.
+
+        Returns:
+            `list[float]`: 0, 0.25, 0.5, 0.75 or 1.0 per completion.
+
+        Example:
+            >>> tag_count_reward(["<think>a</think>"])
+            [0.5]
+        """
         rewards = []
         for text in texts(completions):
             counts = {tag: text.count(tag) for tag in TAGS}
@@ -55,6 +76,12 @@ _STEP = re.compile(r"Step \d+:|^[ \t]*\d+\.\s|^[ \t]*[-*•][ \t]|\b(?:First|Sec
 
 def make_reasoning_steps_reward(script_args: Any, training_args: Any = None) -> Callable:
     def reasoning_steps_reward(completions, **kwargs) -> list[float]:
+        """min(1, steps / 3), counting "Step N:", numbered lines, "- " / "* " bullets and First/Second/Next/Finally.
+
+        Example:
+            >>> reasoning_steps_reward(["Step 1: a Step 2: b"])
+            [0.6666666666666666]
+        """
         return [min(1.0, len(_STEP.findall(t)) / 3) for t in texts(completions)]
 
     return reasoning_steps_reward
@@ -91,6 +118,12 @@ def make_repetition_penalty_reward(script_args: Any, training_args: Any = None) 
     _words("", language)  # fail now, not mid-training, on an unknown language
 
     def repetition_penalty_reward(completions, **kwargs) -> list[float]:
+        """(1 - distinct n-grams / n-grams) x `repetition_max_penalty` (<= 0), over words (en) or jieba tokens (zh).
+
+        Example (n 2, max penalty -1):
+            >>> repetition_penalty_reward(["a b a b"])
+            [-0.3333333333333333]
+        """
         return [repetition_penalty(t, n, max_penalty, language) for t in texts(completions)]
 
     return repetition_penalty_reward
@@ -111,6 +144,18 @@ def make_soft_overlong_punishment(script_args: Any, training_args: Any = None) -
     limit, cache = soft_overlong_limits(script_args, training_args)
 
     def soft_overlong_punishment_reward(completions=None, completion_ids=None, **kwargs) -> list[float | None]:
+        """DAPO's soft overlong punishment on token counts: 0 up to limit - cache, then down to -1 at the limit.
+
+        Args:
+            completion_ids (`list[list[int]]`): token ids of the completions (TRL passes them).
+
+        Returns:
+            `list[float | None]`: in [-1, 0]; None when the token ids are not given.
+
+        Example (limit 100, cache 20):
+            >>> soft_overlong_punishment_reward(completion_ids=[[0] * 80, [0] * 90, [0] * 120])
+            [0.0, -0.5, -1.0]
+        """
         if completion_ids is None:  # lengths unknown: cannot judge
             return [None] * len(completions or [])
         rewards = []
@@ -138,6 +183,13 @@ def make_code_format_reward(script_args: Any, training_args: Any = None) -> Call
     prefilled = bool(script_args.format_think_prefilled)
 
     def code_format_reward(completions, language=None, **kwargs) -> list[float]:
+        """1.0 for the think/answer format with a fenced block of the row's `language` (else `code_language`) in the
+        answer.
+
+        Example:
+            >>> code_format_reward(["<think>x</think><answer>```python\nprint(1)\n```</answer>"])
+            [1.0]
+        """
         languages = per_sample(language, len(completions))
         rewards = []
         for text, lang in zip(texts(completions), languages):

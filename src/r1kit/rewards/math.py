@@ -11,7 +11,7 @@ from collections.abc import Callable
 from itertools import groupby
 from typing import Any
 
-from r1kit.rewards._text import per_sample, texts
+from r1kit.rewards.text import per_sample, texts
 from r1kit.rewards.verify import CORRECT, TIMEOUT, UNPARSEABLE_GOLD, get_pool, judge_batch
 
 
@@ -37,6 +37,20 @@ def _warm_up(script_args: Any) -> None:
 def make_accuracy_reward(script_args: Any, training_args: Any = None) -> Callable:
     _warm_up(script_args)
     def accuracy_reward(completions, solution=None, log_metric=None, **kwargs) -> list[float | None]:
+        """Whether each completion's final answer equals the gold answer, by math-verify.
+
+        Args:
+            completions (`list[str]` or `list[list[dict]]`): completions, plain or conversational.
+            solution (`list[str]`): gold answers (LaTeX, `$...$`, or plain numbers).
+            log_metric (`Callable`, *optional*): TRL's metric logger; receives the unparseable-gold and time-out counts.
+
+        Returns:
+            `list[float | None]`: 1.0 or 0.0 per completion; None when the gold cannot be parsed (skipped).
+
+        Example:
+            >>> accuracy_reward([r"so \\boxed{4}", r"\\boxed{5}"], solution=["4", "4"])
+            [1.0, 0.0]
+        """
         outcomes = _judge(script_args, "accuracy", completions, solution, log_metric)
         return [None if o == UNPARSEABLE_GOLD else float(o == CORRECT) for o in outcomes]
 
@@ -75,6 +89,20 @@ def make_cosine_reward(script_args: Any, training_args: Any = None) -> Callable:
     def cosine_scaled_reward(
         completions, solution=None, completion_ids=None, log_metric=None, **kwargs
     ) -> list[float | None]:
+        """Correctness scaled by length on a cosine: short right answers earn most, short wrong ones lose most.
+
+        Args:
+            completions (`list`): completions, plain or conversational.
+            solution (`list[str]`): gold answers.
+            completion_ids (`list[list[int]]`, *optional*): token ids; lengths are tokens when given, else characters.
+
+        Returns:
+            `list[float | None]`: between the configured bounds; None for an unparseable gold.
+
+        Example (defaults 0/-0.5/0.5/1, max_len 1000):
+            >>> cosine_scaled_reward([r"\\boxed{4}"], solution=["4"], completion_ids=[[0] * 1000])
+            [0.5]
+        """
         outcomes = _judge(script_args, "cosine", completions, solution, log_metric)
         return [
             None if o == UNPARSEABLE_GOLD else cosine_scaled(o == CORRECT, n, max_len, bounds)
@@ -120,6 +148,20 @@ def make_length_reward(script_args: Any, training_args: Any = None) -> Callable:
     def len_reward(
         completions, solution=None, completion_ids=None, prompts=None, log_metric=None, **kwargs
     ) -> list[float | None]:
+        """Kimi 1.5 length reward within each prompt group: lambda = 0.5 - (L - min) / (max - min); a wrong answer
+        gets min(0, lambda).
+
+        Args:
+            completions (`list`): completions; solution (`list[str]`): gold answers; prompts (`list`, *optional*):
+                groups are runs of equal prompts (the whole call without them).
+
+        Returns:
+            `list[float | None]`: in [-0.5, 0.5]; None for an unparseable gold.
+
+        Example:
+            >>> len_reward([r"\\boxed{4}", r"\\boxed{4}" + " " * 100], solution=["4", "4"])
+            [0.5, -0.5]
+        """
         outcomes = _judge(script_args, "length", completions, solution, log_metric)
         correct = [None if o == UNPARSEABLE_GOLD else o == CORRECT for o in outcomes]
         lengths = _lengths(completions, completion_ids)
