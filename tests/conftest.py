@@ -7,7 +7,6 @@ import os
 from pathlib import Path
 
 import pytest
-import yaml
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -46,33 +45,14 @@ def math_jsonl(tmp_path_factory) -> Path:
     return path
 
 
-def write_recipe(folder: Path, **keys) -> Path:
-    path = folder / "recipe.yaml"
-    path.write_text(yaml.safe_dump(keys, sort_keys=False))
-    return path
+@pytest.fixture(scope="session")
+def demo_heldout(tmp_path_factory) -> dict:
+    """The shipped demo model's greedy evaluation on the 200 held-out additions, through `r1kit evaluate`, computed
+    once per test run (several tests read it)."""
+    from r1kit.cli import main
+    from r1kit.modeling import DEMO_MODEL
 
-
-def tiny_recipe(model_dir: Path, data: Path, output_dir: Path, **overrides) -> dict:
-    """A recipe that trains the tiny model for a few fast steps on CPU."""
-    recipe = {
-        "model_name_or_path": str(model_dir),
-        "dataset_name": str(data),
-        "dataset_prompt_column": "problem",
-        "reward_funcs": ["accuracy", "tests.rewards_for_tests:length_variety"],
-        "num_generations": 4,
-        "per_device_train_batch_size": 8,
-        "max_completion_length": 12,
-        "learning_rate": 1.0e-3,
-        "lr_scheduler_type": "constant",
-        "max_steps": 3,
-        "save_steps": 2,
-        "logging_steps": 1,
-        "gradient_checkpointing": False,
-        "report_to": "none",
-        "output_dir": str(output_dir),
-        "seed": 7,
-        "bf16": False,
-        "reward_workers": 1,
-    }
-    recipe.update(overrides)
-    return recipe
+    out = tmp_path_factory.mktemp("demo_heldout")
+    assert main(["evaluate", "--model", str(DEMO_MODEL), "--benchmarks", "addition", "--output-dir", str(out),
+                 "--max-new-tokens", "64"]) == 0
+    return json.loads((out / "addition.json").read_text())

@@ -10,9 +10,9 @@ import pytest
 
 from r1kit.callbacks import PushToHubRevisionCallback, check_hub_revision
 from r1kit.configs import ConfigError, parse_args
-from r1kit.grpo import main
+from r1kit.grpo import pipeline as main
 from r1kit.hub import HfHub, LocalHub
-from tests.conftest import tiny_recipe, write_recipe
+from tests.helpers import tiny_recipe, write_recipe
 
 
 @pytest.fixture()

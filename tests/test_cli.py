@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 
 from r1kit.cli import main
 from r1kit.rewards import REWARD_FUNCS_REGISTRY
-from tests.conftest import tiny_recipe, write_recipe
+from tests.helpers import tiny_recipe, write_recipe
 
 
 def test_import_r1kit_and_help_import_neither_torch_nor_trl():
@@ -56,14 +55,15 @@ def test_dry_run_checks_local_columns_without_loading_a_model(tmp_path, math_jso
 
 
 def test_dry_run_world_size_option(tmp_path, math_jsonl, capsys, monkeypatch):
-    monkeypatch.delenv("R1KIT_CHECK_WORLD_SIZE", raising=False)
     recipe = tiny_recipe(config_only_model(tmp_path), math_jsonl, tmp_path / "out", num_generations=14,
                          per_device_train_batch_size=16)
     path = write_recipe(tmp_path, **recipe)
     assert main(["grpo", "--config", str(path), "--dry-run"]) == 2
     assert "Valid num_generations for this world size: 2, 4, 8, 16" in capsys.readouterr().err
     assert main(["grpo", "--config", str(path), "--dry-run", "--world-size", "7"]) == 0
-    assert "R1KIT_CHECK_WORLD_SIZE" not in os.environ
+    from r1kit.configs import _world_size
+
+    assert _world_size() == 1  # the checked world size does not outlive the parse
 
 
 def test_module_entry_points_show_help():

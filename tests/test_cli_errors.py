@@ -16,7 +16,7 @@ import pytest
 import r1kit.grpo
 import r1kit.modeling
 from r1kit.cli import main
-from tests.conftest import tiny_recipe, write_recipe
+from tests.helpers import tiny_recipe, write_recipe
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -11,7 +11,7 @@ import pytest
 from r1kit.cli import main as cli_main
 from r1kit.configs import ConfigError, ConfigWarning, GRPOScriptArguments, parse_args
 from r1kit.grpo import validate_args
-from tests.conftest import write_recipe
+from tests.helpers import write_recipe
 
 HERE = Path(__file__).parent
 BASE = {
@@ -79,10 +79,9 @@ def test_cli_exits_non_zero_and_names_the_key(tmp_path, capsys):
 
 
 def test_open_r1_recipe_parses_unchanged_with_one_warning_per_migrated_key(monkeypatch):
-    monkeypatch.setenv("R1KIT_CHECK_WORLD_SIZE", "8")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        script, training, model = parse_args(["--config", str(HERE / "data" / "open_r1_config_demo.yaml")])
+        script, training, model = parse_args(["--config", str(HERE / "data" / "open_r1_config_demo.yaml")], world_size=8)
     messages = [str(w.message) for w in caught if issubclass(w.category, ConfigWarning)]
     for key in ("torch_dtype", "vllm_device", "max_prompt_length", "overwrite_output_dir", "wandb_log_unique_prompts", "warmup_ratio"):
         assert sum(f"'{key}'" in m for m in messages) == 1, (key, messages)
@@ -118,12 +117,11 @@ def test_num_generations_must_divide_the_generation_batch_and_the_error_lists_va
 
 
 def test_world_size_counts_in_the_generation_batch(tmp_path, monkeypatch):
-    monkeypatch.setenv("R1KIT_CHECK_WORLD_SIZE", "7")
-    _, training, _ = parse(tmp_path, num_generations=14, per_device_train_batch_size=16, gradient_accumulation_steps=4)
+    keys = {"num_generations": 14, "per_device_train_batch_size": 16, "gradient_accumulation_steps": 4}
+    _, training, _ = parse_args(["--config", str(write_recipe(tmp_path, **{**BASE, **keys}))], world_size=7)
     assert training.generation_batch_size == 448
-    monkeypatch.setenv("R1KIT_CHECK_WORLD_SIZE", "8")
     with pytest.raises(ConfigError, match="world size 8"):
-        parse(tmp_path, num_generations=14, per_device_train_batch_size=16, gradient_accumulation_steps=4)
+        parse_args(["--config", str(write_recipe(tmp_path, **{**BASE, **keys}))], world_size=8)
 
 
 def test_reward_weights_need_one_weight_per_reward(tmp_path):

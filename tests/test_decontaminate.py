@@ -18,7 +18,6 @@ from r1kit.decontaminate import (
     add_parser,
     decontaminate,
     load_benchmark_questions,
-    main,
     run,
 )
 
@@ -208,7 +207,10 @@ def test_python_m_writes_the_output_folder(files):
 
 
 def test_python_m_reports_a_bad_benchmark_in_one_line(files, capsys):
-    code = main(["--dataset", str(files["train"]), "--benchmarks", "bench.jsonl,nope.jsonl", "--output", str(files["out"])])
+    from r1kit.console import run_module
+
+    code = run_module("decontaminate", add_parser,
+                      ["--dataset", str(files["train"]), "--benchmarks", "bench.jsonl,nope.jsonl", "--output", str(files["out"])])
     assert code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("r1kit: error: --benchmarks: ")

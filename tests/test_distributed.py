@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import tiny_recipe, write_recipe
+from tests.helpers import tiny_recipe, write_recipe
 
 REPO = Path(__file__).resolve().parents[1]
 

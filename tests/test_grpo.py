@@ -15,8 +15,8 @@ import pytest
 
 from r1kit.checkpoints import find_resume_checkpoint
 from r1kit.configs import parse_args
-from r1kit.grpo import main
-from tests.conftest import tiny_recipe, write_recipe
+from r1kit.grpo import pipeline as main
+from tests.helpers import tiny_recipe, write_recipe
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -4,7 +4,7 @@ checked before anything loads."""
 from __future__ import annotations
 
 from r1kit.cli import main
-from tests.conftest import tiny_recipe, write_recipe
+from tests.helpers import tiny_recipe, write_recipe
 
 
 def test_push_to_hub_revision_with_benchmarks_evaluates_and_checks_names(tmp_path, tiny_model_dir, math_jsonl, capsys):

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from r1kit.configs import OPEN_R1_DEFAULTS, ConfigError, ConfigWarning, parse_args
-from tests.conftest import write_recipe
+from tests.helpers import write_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = {"model_name_or_path": "r1kit:tiny-random", "dataset_name": "r1kit:addition", "reward_funcs": ["accuracy"],
@@ -58,8 +58,7 @@ def test_a_vllm_server_address_means_server_mode(tmp_path):
 def test_r1kits_own_recipes_set_every_moved_default(recipe, monkeypatch):
     from tests.test_recipes import launch_world_size
 
-    monkeypatch.setenv("R1KIT_CHECK_WORLD_SIZE", str(launch_world_size(recipe)))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        parse_args(["--config", str(recipe)])
+        parse_args(["--config", str(recipe)], world_size=launch_world_size(recipe))
     assert not [w for w in caught if "Open-R1 trained" in str(w.message)]

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from r1kit.cli import main
-from tests.conftest import write_recipe
+from tests.helpers import write_recipe
 
 R1_PROMPT = ("You are a helpful AI Assistant that provides well-reasoned and detailed responses. You first think about "
              "the reasoning process as an internal monologue and then provide the user with the answer. Respond in the "

@@ -93,8 +93,8 @@ def test_quantisation_without_gpu(monkeypatch):
 
 def test_pipeline_runs_the_checks_before_loading_anything(tmp_path, math_jsonl, monkeypatch):
     from r1kit.configs import parse_args
-    from r1kit.grpo import main
-    from tests.conftest import tiny_recipe, write_recipe
+    from r1kit.grpo import pipeline as main
+    from tests.helpers import tiny_recipe, write_recipe
 
     monkeypatch.setattr(preflight, "installed", lambda m: m != "vllm")
     recipe = tiny_recipe(tmp_path / "no-model-here", math_jsonl, tmp_path / "out", use_vllm=True)

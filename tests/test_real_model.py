@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from r1kit.configs import parse_args
-from r1kit.grpo import main
+from r1kit.grpo import pipeline as main
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -33,12 +33,10 @@ def test_recipe_parses_and_passes_the_cross_field_checks(recipe, monkeypatch):
     if recipe.name.startswith("sft"):  # an SFT recipe: the same strict parser, the SFT dataclasses
         from r1kit.sft import parse
 
-        monkeypatch.setenv("R1KIT_CHECK_WORLD_SIZE", str(launch_world_size(recipe)))
-        script_args, training_args, model_args = parse(["--config", str(recipe)])
+        script_args, training_args, model_args = parse(["--config", str(recipe)], launch_world_size(recipe))
         assert training_args.resume in ("auto", "never")
         return
-    monkeypatch.setenv("R1KIT_CHECK_WORLD_SIZE", str(launch_world_size(recipe)))
-    validate_args(*parse_args(["--config", str(recipe)]))
+    validate_args(*parse_args(["--config", str(recipe)], world_size=launch_world_size(recipe)))
 
 
 @pytest.mark.parametrize("config", ACCELERATE_CONFIGS, ids=lambda p: p.name)

@@ -9,7 +9,7 @@ import shutil
 import pytest
 
 from r1kit.cli import main
-from tests.conftest import write_recipe
+from tests.helpers import write_recipe
 
 MESSAGES = [{"messages": [{"role": "user", "content": f"What is {i} + {i}?"},
                           {"role": "assistant", "content": f"<think>{i} and {i}</think><answer>{2 * i}</answer>"}]}

@@ -10,6 +10,7 @@ unset; `defaults: open-r1` applies Open-R1's values to all of them, `defaults: t
 
 from __future__ import annotations
 
+import contextvars
 import difflib
 import logging
 import os
@@ -39,7 +40,9 @@ class ConfigWarning(UserWarning):
     """A recipe value r1kit changed (renamed key, dropped key, bf16 without a GPU)."""
 
 
-WORLD_SIZE_ENV = "R1KIT_CHECK_WORLD_SIZE"  # set by `--dry-run --world-size N` to check a recipe as launched on N ranks
+# The world size a recipe is being checked for (`--dry-run --world-size N`), set by `parse_args(world_size=N)` for the
+# time of one parse: the dataclasses' own checks (and TRL's) read it, no process-wide state is left behind.
+_CHECK_WORLD_SIZE: contextvars.ContextVar[int | None] = contextvars.ContextVar("r1kit_check_world_size", default=None)
 
 # Valid values of the recipe fields that are plain strings in TRL / r1kit (argparse checks only the Enum-typed ones).
 CODE_PROVIDERS = ("local", "piston", "e2b", "morph")
@@ -431,7 +434,8 @@ def _looks_like_path(value: str) -> bool:
 
 
 def _world_size() -> int:
-    return int(os.environ.get(WORLD_SIZE_ENV) or os.environ.get("WORLD_SIZE") or 1)
+    """The world size being checked for, else the launcher's (`WORLD_SIZE`), else 1."""
+    return _CHECK_WORLD_SIZE.get() or int(os.environ.get("WORLD_SIZE") or 1)
 
 
 def check_generation_batch(
@@ -539,8 +543,9 @@ class GRPOConfig(trl.GRPOConfig):
             self.steps_per_generation,
             world_size,
         )
-        if os.environ.get(WORLD_SIZE_ENV) and self.generation_batch_size is None:
-            # Checking a recipe for N ranks from one process: give TRL the N-rank generation batch, then restore.
+        if _CHECK_WORLD_SIZE.get() and self.generation_batch_size is None:
+            # Checking a recipe for N ranks from one process: TRL's own check computes the generation batch from the
+            # processes it sees (one), so it is given the N-rank batch, then the field is restored.
             steps = self.steps_per_generation
             self.generation_batch_size = self.per_device_train_batch_size * world_size * (
                 steps or self.gradient_accumulation_steps
@@ -834,13 +839,23 @@ def parse_args(
     argv: list[str] | None = None,
     default_config: str | os.PathLike | None = DEFAULT_RECIPE,
     dataclass_types: tuple | None = None,
+    world_size: int | None = None,
 ) -> tuple[GRPOScriptArguments, GRPOConfig, ModelConfig]:
     """Parses `--config recipe.yaml` plus command-line overrides into the three dataclasses, strictly.
 
     Without `--config`, `default_config` is read (the embedded demo recipe). Raises `ConfigError` for unknown keys,
     values of the wrong type or outside their range or choices, invalid mixtures and batch sizes that cannot hold
-    whole prompt groups. `dataclass_types` replaces the GRPO triple (`r1kit sft` passes its own).
+    whole prompt groups. `dataclass_types` replaces the GRPO triple (`r1kit sft` passes its own). `world_size` checks
+    the batch arithmetic as launched on that many processes (default: this launch's).
     """
+    token = _CHECK_WORLD_SIZE.set(world_size)
+    try:
+        return _parse_args(argv, default_config, dataclass_types)
+    finally:
+        _CHECK_WORLD_SIZE.reset(token)
+
+
+def _parse_args(argv, default_config, dataclass_types):
     import sys
 
     args = list(sys.argv[1:] if argv is None else argv)

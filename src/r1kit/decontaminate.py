@@ -367,7 +367,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--column", default="problem", help="training column holding the problem (default problem)")
     parser.add_argument("--split", default="train", help="training split (default train)")
     parser.add_argument("--dataset-config", default=None, help="config of a Hub --dataset")
-    parser.set_defaults(command=run)
+    parser.set_defaults(run=run)
     return parser
 
 
@@ -400,18 +400,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    """`python -m r1kit.decontaminate`: the same command without the `r1kit` front end."""
-    parser = argparse.ArgumentParser(prog="python -m r1kit.decontaminate")
-    command = add_parser(parser.add_subparsers(dest="subcommand"))
-    command.prog = parser.prog
-    args = command.parse_args(argv)
-    try:
-        return run(args)
-    except ConfigError as e:  # the one-line error of every r1kit command
-        print(f"r1kit: error: {' '.join(str(e).split())}", file=sys.stderr)
-        return 2
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    from r1kit.console import run_module
+
+    sys.exit(run_module("decontaminate", add_parser))

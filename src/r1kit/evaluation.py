@@ -421,9 +421,58 @@ def evaluate_to_files(model_path: str, benchmarks: list[str], output_dir: str, *
     return results
 
 
+# --------------------------------------------------------------------------------------------------------------------
+# The command: r1kit evaluate --model PATH --benchmarks a,b [--num-samples K] [--output-dir DIR]
+# --------------------------------------------------------------------------------------------------------------------
+def add_parser(subparsers):
+    """Adds `evaluate` to the `r1kit` command."""
+    parser = subparsers.add_parser("evaluate", help="score a model on benchmarks",
+                                   description="Evaluate a model on benchmarks.")
+    parser.add_argument("--model", required=True, help="model folder (or a checkpoint)")
+    parser.add_argument("--benchmarks", required=True, help=f"comma-separated: {', '.join(BUILTIN_BENCHMARKS)} or .jsonl files")
+    parser.add_argument("--num-samples", type=int, default=1, help="samples per problem (pass@1 is averaged over them)")
+    parser.add_argument("--output-dir", default=None, help="where <benchmark>.json go (default: MODEL/eval)")
+    parser.add_argument("--max-new-tokens", type=int, default=512)
+    parser.add_argument("--temperature", type=float, default=None, help="default 0.6 (greedy for addition)")
+    parser.add_argument("--top-p", type=float, default=0.95)
+    parser.add_argument("--system-prompt", default=None)
+    parser.add_argument("--limit", type=int, default=None, help="evaluate the first N problems only")
+    parser.add_argument("--step", type=int, default=None, help="training step of the checkpoint (for the report)")
+    parser.set_defaults(run=run)
+    return parser
+
+
+def run(args) -> int:
+    """`r1kit evaluate`: checks the options, the model and the benchmark names, then evaluates and writes the
+    results."""
+    from r1kit.configs import ConfigError
+    from r1kit.preflight import check_benchmark_names, check_model_source, check_output_dir
+
+    benchmarks = [b for b in args.benchmarks.split(",") if b]
+    if not benchmarks:
+        raise ConfigError("--benchmarks: name at least one benchmark")
+    for flag, value, low in (("--num-samples", args.num_samples, 1), ("--max-new-tokens", args.max_new_tokens, 1),
+                             ("--limit", args.limit, 1), ("--temperature", args.temperature, 0)):
+        if value is not None and value < low:
+            raise ConfigError(f"{flag} must be >= {low}, got {value}")
+    if not 0 < args.top_p <= 1:
+        raise ConfigError(f"--top-p must be in (0, 1], got {args.top_p}")
+    check_model_source(args.model, "--model", builtins=())
+    check_benchmark_names(benchmarks, "--benchmarks", files_must_exist=True)
+    check_output_dir(args.output_dir or f"{args.model}/eval", field="--output-dir")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s - %(levelname)s - %(name)s - %(message)s")
+    results = evaluate_to_files(
+        args.model, benchmarks, args.output_dir or f"{args.model}/eval",
+        num_samples=args.num_samples, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+        top_p=args.top_p, system_prompt=args.system_prompt, limit=args.limit, step=args.step,
+    )
+    print(json.dumps(results, indent=2))
+    return 0
+
+
 if __name__ == "__main__":
     import sys
 
-    from r1kit.cli import evaluate_command
+    from r1kit.console import run_module
 
-    sys.exit(evaluate_command(sys.argv[1:]))
+    sys.exit(run_module("evaluation", add_parser))

@@ -1,6 +1,6 @@
 """The GRPO pipeline: a recipe in, a trained model out, on TRL's `GRPOTrainer`.
 
-    main = setup -> train -> finish
+    pipeline = setup -> train -> finish
     setup:  seed, logging; every check that needs no weights (`check_before_loading`); the resume decision
             (`checkpoints`); the data (`prepare_dataset`: columns and rows checked); the trainer (`build_trainer`:
             tokenizer, model, rewards, callbacks, the completions recorder); r1kit_run.json and the start-up block
@@ -193,7 +193,7 @@ def build_trainer(script_args: GRPOScriptArguments, training_args: GRPOConfig, m
     return trainer
 
 
-def main(script_args: GRPOScriptArguments, training_args: GRPOConfig, model_args: Any) -> dict:
+def pipeline(script_args: GRPOScriptArguments, training_args: GRPOConfig, model_args: Any) -> dict:
     """Runs a GRPO recipe end to end; returns the training metrics."""
     trainer, dataset, checkpoint = setup(script_args, training_args, model_args)
     metrics = train(trainer, dataset[script_args.dataset_train_split], checkpoint)
@@ -316,7 +316,55 @@ def dry_run(script_args: GRPOScriptArguments, training_args: GRPOConfig, model_a
     return yaml.safe_dump(resolved, sort_keys=False)
 
 
-if __name__ == "__main__":
-    from r1kit.cli import grpo_command
+# --------------------------------------------------------------------------------------------------------------------
+# The command: r1kit grpo [--config recipe.yaml] [--dry-run [--world-size N]] [--key value ...]
+# --------------------------------------------------------------------------------------------------------------------
+HELP = """Every field of GRPOScriptArguments, GRPOConfig and TRL's ModelConfig is a --flag that overrides the recipe
+(no --config: the embedded demo recipe). --dry-run validates the recipe (keys, cross-field rules, local dataset
+columns) and prints it; add --world-size N to check it as launched on N processes."""
 
-    sys.exit(grpo_command(sys.argv[1:]))
+
+def add_parser(subparsers):
+    """Adds `grpo` to the `r1kit` command."""
+    from r1kit.console import add_pass_through_command
+
+    return add_pass_through_command(subparsers, "grpo", "train with GRPO from a recipe", run)
+
+
+def run(args) -> int:
+    """`r1kit grpo`: parse the recipe strictly, then train (or only check, with --dry-run)."""
+    from r1kit.configs import parse_args
+    from r1kit.console import parse_world_size, shape_warnings
+
+    argv = list(args.argv)
+    if "-h" in argv or "--help" in argv:
+        print(__doc__.strip() + "\n\n" + HELP)
+        return 0
+    dry = "--dry-run" in argv
+    argv, world_size = parse_world_size([a for a in argv if a != "--dry-run"], dry)
+    shape_warnings()
+    script_args, training_args, model_args = parse_args(argv, world_size=world_size)
+    if dry:
+        print(dry_run(script_args, training_args, model_args))
+        print("recipe OK: keys, values, paths, cross-field rules and (local) dataset columns checked; no model loaded.")
+        return 0
+    metrics = pipeline(script_args, training_args, model_args)
+    if "summary" in metrics:
+        print_summary(metrics["summary"])
+    return 0
+
+
+def print_summary(summary: dict) -> None:
+    before, after = summary["accuracy_before"], summary["accuracy_after"]
+    print(
+        f"\nHeld-out accuracy {before:.1%} -> {after:.1%} ({(after - before) * 100:+.1f} points) "
+        f"in {summary['steps']} GRPO steps, {summary['train_seconds']:.0f} s of training.\n"
+        f"Outputs: {summary['output_dir']} (model, completions.jsonl, summary.json). "
+        f"Draw the curves: r1kit report {summary['output_dir']}"
+    )
+
+
+if __name__ == "__main__":
+    from r1kit.console import run_module
+
+    sys.exit(run_module("grpo", add_parser))

@@ -121,7 +121,18 @@ def report(output_dir: str | Path) -> tuple[Path, str]:
     return draw(output_dir, history, heldout, load_benchmarks(output_dir)), table(history, heldout)
 
 
-def cli(argv: list[str]) -> int:
+def add_parser(subparsers):
+    """Adds `report` (a run's curves to a PNG, and a table) to the `r1kit` command."""
+    from r1kit.console import add_pass_through_command
+
+    return add_pass_through_command(subparsers, "report", "draw a run's curves: r1kit report OUTPUT_DIR", run)
+
+
+def run(args) -> int:
+    return report_command(list(args.argv))
+
+
+def report_command(argv: list[str]) -> int:
     if not argv:
         print("r1kit: error: r1kit report needs OUTPUT_DIR, the output_dir of a run (see r1kit report --help)", file=sys.stderr)
         return 2

@@ -140,7 +140,7 @@ def check(script_args: SFTScriptArguments, training_args, model_args, dry_run: b
         check_hub_revision(training_args)
 
 
-def main(script_args: SFTScriptArguments, training_args, model_args) -> dict:
+def pipeline(script_args: SFTScriptArguments, training_args, model_args) -> dict:
     """Runs an SFT recipe end to end; returns the summary (steps, seconds, metrics, held-out accuracy)."""
     from transformers import set_seed
     from trl import SFTTrainer
@@ -240,43 +240,47 @@ def publish(source: Path, target: Path, summary: dict) -> None:
     logger.info("Published the model to %s", target)
 
 
-def parse(argv: list[str], world_size: str | None = None):
+def parse(argv: list[str], world_size: int | None = None):
     """The recipe and flags, parsed strictly (unknown keys, key migrations, types and choices), for `world_size`."""
-    import os
+    from r1kit.configs import ModelConfig, SFTConfig, parse_args
 
-    from r1kit.configs import WORLD_SIZE_ENV, ModelConfig, SFTConfig, parse_args
-
-    previous = os.environ.get(WORLD_SIZE_ENV)
-    if world_size:
-        os.environ[WORLD_SIZE_ENV] = world_size
-    try:
-        return parse_args(argv, default_config=None, dataclass_types=(SFTScriptArguments, SFTConfig, ModelConfig))
-    finally:
-        if world_size and previous is None:
-            os.environ.pop(WORLD_SIZE_ENV, None)
+    return parse_args(argv, default_config=None, dataclass_types=(SFTScriptArguments, SFTConfig, ModelConfig),
+                      world_size=world_size)
 
 
-def cli(argv: list[str]) -> dict | str | None:
-    """Parses a recipe and runs it (or, with --dry-run, checks it); returns the summary, the dry run's YAML, or None
-    for --help."""
+# --------------------------------------------------------------------------------------------------------------------
+# The command: r1kit sft --config recipe.yaml [--dry-run [--world-size N]] [--key value ...]
+# --------------------------------------------------------------------------------------------------------------------
+def add_parser(subparsers):
+    """Adds `sft` to the `r1kit` command."""
+    from r1kit.console import add_pass_through_command
+
+    return add_pass_through_command(subparsers, "sft", "supervised fine-tuning (distillation, cold start) from a recipe", run)
+
+
+def run(args) -> int:
+    """`r1kit sft`: parse the recipe strictly, then train (or only check, with --dry-run)."""
+    from r1kit.console import parse_world_size, shape_warnings
+
+    argv = list(args.argv)
     if "-h" in argv or "--help" in argv:
-        return None
+        print(__doc__.strip())
+        return 0
     dry = "--dry-run" in argv
-    argv = [a for a in argv if a != "--dry-run"]
-    world_size = None
-    if "--world-size" in argv:
-        i = argv.index("--world-size")
-        if not dry or i + 1 >= len(argv) or not argv[i + 1].isdigit() or int(argv[i + 1]) < 1:
-            raise ConfigError("--world-size N (a positive number) goes with --dry-run")
-        world_size = argv[i + 1]
-        del argv[i : i + 2]
+    argv, world_size = parse_world_size([a for a in argv if a != "--dry-run"], dry)
+    shape_warnings()
     script_args, training_args, model_args = parse(argv, world_size)
     if dry:
-        return dry_run(script_args, training_args, model_args)
-    return main(script_args, training_args, model_args)
+        print(dry_run(script_args, training_args, model_args))
+        print("recipe OK: keys, values, paths and (local) dataset columns checked; no model loaded.")
+        return 0
+    summary = pipeline(script_args, training_args, model_args)
+    accuracy = "" if summary["heldout_accuracy"] is None else f", held-out accuracy {summary['heldout_accuracy']}"
+    print(f"SFT done: {summary['steps']} steps, {summary['train_seconds']} s, train loss {summary['train_loss']}{accuracy}")
+    return 0
 
 
 if __name__ == "__main__":
-    from r1kit.cli import sft_command
+    from r1kit.console import run_module
 
-    sys.exit(sft_command(sys.argv[1:]))
+    sys.exit(run_module("sft", add_parser))

@@ -110,3 +110,21 @@ def get_reward_funcs(script_args: Any, training_args: Any = None) -> list[Callab
         resolve_import_path(name) if _is_import_path(name) else REWARD_FUNCS_REGISTRY[name].build(script_args, training_args)
         for name in script_args.reward_funcs
     ]
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The command: r1kit rewards
+# --------------------------------------------------------------------------------------------------------------------
+def add_parser(subparsers):
+    """Adds `rewards` (one line per registered reward, with the columns it reads) to the `r1kit` command."""
+    parser = subparsers.add_parser("rewards", help="list the registered reward functions and the columns each reads")
+    parser.set_defaults(run=run)
+    return parser
+
+
+def run(args) -> int:
+    width = max(map(len, REWARD_FUNCS_REGISTRY))
+    print(f"{'name'.ljust(width)}  {'columns'.ljust(28)}  description")
+    for spec in REWARD_FUNCS_REGISTRY.values():
+        print(f"{spec.name.ljust(width)}  {(', '.join(spec.columns) or '-').ljust(28)}  {spec.summary}")
+    return 0

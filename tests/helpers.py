@@ -1,0 +1,39 @@
+"""Helpers the tests share (fixtures live in conftest.py): recipe files and the tiny training recipe."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+
+def write_recipe(folder: Path, **keys) -> Path:
+    path = folder / "recipe.yaml"
+    path.write_text(yaml.safe_dump(keys, sort_keys=False))
+    return path
+
+
+def tiny_recipe(model_dir: Path, data: Path, output_dir: Path, **overrides) -> dict:
+    """A recipe that trains the tiny model for a few fast steps on CPU."""
+    recipe = {
+        "model_name_or_path": str(model_dir),
+        "dataset_name": str(data),
+        "dataset_prompt_column": "problem",
+        "reward_funcs": ["accuracy", "tests.rewards_for_tests:length_variety"],
+        "num_generations": 4,
+        "per_device_train_batch_size": 8,
+        "max_completion_length": 12,
+        "learning_rate": 1.0e-3,
+        "lr_scheduler_type": "constant",
+        "max_steps": 3,
+        "save_steps": 2,
+        "logging_steps": 1,
+        "gradient_checkpointing": False,
+        "report_to": "none",
+        "output_dir": str(output_dir),
+        "seed": 7,
+        "bf16": False,
+        "reward_workers": 1,
+    }
+    recipe.update(overrides)
+    return recipe
