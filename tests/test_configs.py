@@ -10,7 +10,7 @@ import pytest
 
 from r1kit.cli import main as cli_main
 from r1kit.configs import ConfigError, ConfigWarning, GRPOScriptArguments, parse_args
-from r1kit.grpo import validate_args
+from r1kit.preflight import validate_args
 from tests.helpers import write_recipe
 
 HERE = Path(__file__).parent

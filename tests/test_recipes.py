@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from r1kit.configs import parse_args
-from r1kit.grpo import validate_args
+from r1kit.preflight import validate_args
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPES = sorted(p for p in (ROOT / "recipes").rglob("*.yaml") if "accelerate_configs" not in p.parts)

@@ -164,11 +164,7 @@ class PushToHubRevisionCallback(TrainerCallback):
 
 
 def _push_to_hub_revision(script_args, training_args, dataset, tokenizer, is_main_process) -> TrainerCallback:
-    from r1kit.configs import ConfigError
-
-    if not training_args.hub_model_id:
-        raise ConfigError("callback push_to_hub_revision needs hub_model_id (a Hub repo id or file:///some/dir)")
-    return PushToHubRevisionCallback(
+    return PushToHubRevisionCallback(  # its fields are checked before anything loads (preflight.check_callback_fields)
         training_args.hub_model_id, training_args.hub_model_revision or "main", training_args.output_dir,
         is_main_process=is_main_process,
     )
@@ -264,13 +260,7 @@ class EvaluateBenchmarksCallback(TrainerCallback):
 
 
 def _evaluate_benchmarks(script_args, training_args, dataset, tokenizer, is_main_process) -> TrainerCallback:
-    from r1kit.configs import ConfigError
-
-    if not training_args.benchmarks:
-        raise ConfigError("callback evaluate_benchmarks needs `benchmarks` (e.g. [addition, humaneval, math_500])")
-    if training_args.benchmark_launcher not in ("local", "slurm"):
-        raise ConfigError(f"benchmark_launcher must be local or slurm, got {training_args.benchmark_launcher!r}")
-    return EvaluateBenchmarksCallback(
+    return EvaluateBenchmarksCallback(  # its fields are checked before anything loads (preflight, configs)
         training_args.benchmarks, training_args.output_dir, training_args.benchmark_num_samples,
         training_args.benchmark_max_new_tokens or training_args.max_completion_length, training_args.system_prompt,
         training_args.benchmark_launcher, is_main_process,

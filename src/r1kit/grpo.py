@@ -34,57 +34,6 @@ logger = logging.getLogger("r1kit")
 # --------------------------------------------------------------------------------------------------------------------
 # Checks that need no weights
 # --------------------------------------------------------------------------------------------------------------------
-def validate_args(script_args: GRPOScriptArguments, training_args: GRPOConfig, model_args: Any) -> None:
-    """Cross-field rules, checked before anything loads. Raises `ConfigError`."""
-    from r1kit.rewards import check_reward_names
-
-    names = script_args.reward_funcs
-    if not names:
-        raise ConfigError("reward_funcs is empty: name at least one reward (see `r1kit rewards`)")
-    try:
-        check_reward_names(names)
-    except ValueError as e:
-        raise ConfigError(str(e)) from None
-    weights = training_args.reward_weights
-    if weights is not None and len(weights) != len(names):
-        raise ConfigError(
-            f"reward_weights has {len(weights)} weight(s) but reward_funcs has {len(names)} reward(s) {names}: "
-            "give one weight per reward, in the same order"
-        )
-    if "cosine" in names:
-        bounds = {
-            "cosine_min_value_wrong": script_args.cosine_min_value_wrong,
-            "cosine_max_value_wrong": script_args.cosine_max_value_wrong,
-            "cosine_min_value_correct": script_args.cosine_min_value_correct,
-            "cosine_max_value_correct": script_args.cosine_max_value_correct,
-        }
-        values = list(bounds.values())
-        if any(a > b for a, b in zip(values, values[1:])):
-            raise ConfigError(
-                "cosine bounds must be ordered min_value_wrong <= max_value_wrong <= min_value_correct <= "
-                f"max_value_correct, got {bounds}"
-            )
-        if script_args.cosine_max_len <= 0:
-            raise ConfigError(f"cosine_max_len must be positive, got {script_args.cosine_max_len}")
-    if "repetition_penalty" in names:
-        if script_args.repetition_max_penalty > 0:
-            raise ConfigError(f"repetition_max_penalty must be <= 0, got {script_args.repetition_max_penalty}")
-        if script_args.repetition_n_grams < 1:
-            raise ConfigError(f"repetition_n_grams must be >= 1, got {script_args.repetition_n_grams}")
-    from r1kit.callbacks import CALLBACKS
-
-    unknown = [c for c in training_args.callbacks if c not in CALLBACKS]
-    if unknown:
-        raise ConfigError(f"unknown callback(s) {unknown}; valid names: {', '.join(CALLBACKS)}")
-    if model_args.model_name_or_path is None:
-        raise ConfigError("model_name_or_path is required: a Hub id, a local folder or r1kit:tiny-random")
-    if training_args.resume not in ("auto", "never") and not Path(training_args.resume).is_dir():
-        raise ConfigError(f"resume: {training_args.resume} is neither 'auto', 'never' nor an existing checkpoint folder")
-    from r1kit.rewards.code import check_code_execution
-
-    check_code_execution(script_args)  # a local code sandbox needs a jail on this machine
-
-
 def is_local_data(script_args: GRPOScriptArguments) -> bool:
     """Whether the dataset can be read without a hub (so a dry run may check its columns)."""
 
@@ -101,26 +50,11 @@ def prepare_dataset(script_args: GRPOScriptArguments, training_args: GRPOConfig)
     conversational dataset and the raw one (callbacks read the raw prompts)."""
     from datasets import DatasetDict
 
-    from r1kit.data import check_reward_columns, get_dataset, to_conversations
+    from r1kit.data import get_dataset, to_conversations
+    from r1kit.preflight import check_dataset
 
     dataset = get_dataset(script_args)
-    split = script_args.dataset_train_split
-    if split not in dataset:
-        raise ConfigError(f"dataset_train_split '{split}' not found; splits: {', '.join(dataset)}")
-    rows, needed = len(dataset[split]), training_args.generation_batch_size // training_args.num_generations
-    if rows < needed:  # the sampler would yield no batch: the run would end at step 0
-        raise ConfigError(
-            f"dataset_train_split '{split}' has {rows} rows, but one generation batch takes {needed} prompts "
-            f"({training_args.generation_batch_size} completions / num_generations {training_args.num_generations}); "
-            "add rows, or lower per_device_train_batch_size or gradient_accumulation_steps"
-        )
-    check_reward_columns(script_args.reward_funcs, dataset[split].column_names, split)
-    from r1kit.rewards.code import check_code_rows
-
-    try:
-        check_code_rows(script_args.reward_funcs, dataset[split], script_args.code_language)
-    except ValueError as e:
-        raise ConfigError(str(e)) from None
+    check_dataset(script_args, training_args, dataset)
     raw = DatasetDict(dict(dataset))
     return to_conversations(dataset, script_args.dataset_prompt_column, training_args.system_prompt), raw
 
@@ -206,6 +140,7 @@ def setup(script_args: GRPOScriptArguments, training_args: GRPOConfig, model_arg
     from transformers import set_seed
 
     from r1kit.outputs import export_wandb_env, setup_logging, startup_logger, startup_summary, write_run_metadata
+    from r1kit.preflight import check_before_loading
 
     set_seed(training_args.seed)
     if training_args.torch_num_threads:
@@ -214,7 +149,7 @@ def setup(script_args: GRPOScriptArguments, training_args: GRPOConfig, model_arg
         torch.set_num_threads(training_args.torch_num_threads)
     setup_logging(training_args)
     log_process(training_args)
-    check_before_loading(script_args, training_args, model_args)
+    check_before_loading(script_args, training_args, model_args)  # everything that needs no weights (preflight.py)
     checkpoint = find_resume_checkpoint(training_args.output_dir, training_args.resume)
     export_wandb_env(training_args)
     dataset, raw_dataset = prepare_dataset(script_args, training_args)
@@ -233,17 +168,6 @@ def log_process(training_args: GRPOConfig) -> None:
         training_args.parallel_mode.value, training_args.bf16,
     )
     logger.info("Training arguments %s", training_args)
-
-
-def check_before_loading(script_args: GRPOScriptArguments, training_args: GRPOConfig, model_args: Any) -> None:
-    """Everything checked before the data and the model load (the run; `dry_run` checks the same)."""
-    from r1kit.callbacks import check_hub_revision
-    from r1kit.preflight import check_inputs, preflight
-
-    validate_args(script_args, training_args, model_args)
-    preflight(training_args, model_args)
-    check_hub_revision(training_args)
-    check_inputs(script_args, training_args, model_args)  # data and model sources, output folder
 
 
 def train(trainer, train_split, checkpoint: str | None) -> dict:
@@ -291,10 +215,9 @@ def dry_run(script_args: GRPOScriptArguments, training_args: GRPOConfig, model_a
     """Checks a recipe without loading a model; returns the resolved configuration as YAML."""
     import yaml
 
-    validate_args(script_args, training_args, model_args)
-    from r1kit.preflight import check_inputs
+    from r1kit.preflight import check_before_loading
 
-    check_inputs(script_args, training_args, model_args, create_output_dir=False)
+    check_before_loading(script_args, training_args, model_args, dry_run=True)
     if is_local_data(script_args):
         dataset, raw = prepare_dataset(script_args, training_args)
         from r1kit.callbacks import get_callbacks

@@ -90,6 +90,124 @@ def check_quantisation(model_args: Any) -> None:
         )
 
 
+# --------------------------------------------------------------------------------------------------------------------
+# The one place that answers "what is checked before the model loads?" (the run and --dry-run alike). Field types,
+# ranges and choices are checked earlier still, while the recipe is parsed (configs.py, dataclass __post_init__).
+# --------------------------------------------------------------------------------------------------------------------
+def check_before_loading(script_args: Any, training_args: Any, model_args: Any, dry_run: bool = False) -> None:
+    """Everything a GRPO recipe can be checked for without weights or data: cross-field rules, the code sandbox, the
+    inputs it points at (paths, Hub ids, benchmarks, the output folder), and, for a real run on this machine, vLLM,
+    DeepSpeed, quantisation and the Hub revisions it would overwrite. Raises `ConfigError`."""
+    validate_args(script_args, training_args, model_args)
+    if not dry_run:  # the machine's side: a dry run may check a recipe away from the machine it will run on
+        preflight(training_args, model_args)
+        from r1kit.callbacks import check_hub_revision
+
+        check_hub_revision(training_args)
+    check_inputs(script_args, training_args, model_args, create_output_dir=not dry_run)
+
+
+def check_dataset(script_args: Any, training_args: Any, dataset) -> None:
+    """Once the data is read, before the model loads: the training split exists and holds at least one generation
+    batch of prompts, every selected reward finds its columns, and code rows are well formed."""
+    from r1kit.data import check_reward_columns
+    from r1kit.rewards.code import check_code_rows
+
+    split = script_args.dataset_train_split
+    if split not in dataset:
+        raise ConfigError(f"dataset_train_split '{split}' not found; splits: {', '.join(dataset)}")
+    rows, needed = len(dataset[split]), training_args.generation_batch_size // training_args.num_generations
+    if rows < needed:  # the sampler would yield no batch: the run would end at step 0
+        raise ConfigError(
+            f"dataset_train_split '{split}' has {rows} rows, but one generation batch takes {needed} prompts "
+            f"({training_args.generation_batch_size} completions / num_generations {training_args.num_generations}); "
+            "add rows, or lower per_device_train_batch_size or gradient_accumulation_steps"
+        )
+    check_reward_columns(script_args.reward_funcs, dataset[split].column_names, split)
+    try:
+        check_code_rows(script_args.reward_funcs, dataset[split], script_args.code_language)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+
+
+def validate_args(script_args: Any, training_args: Any, model_args: Any) -> None:
+    """Cross-field rules, checked before anything loads. Raises `ConfigError`."""
+    from r1kit.rewards import check_reward_names
+
+    names = script_args.reward_funcs
+    if not names:
+        raise ConfigError("reward_funcs is empty: name at least one reward (see `r1kit rewards`)")
+    try:
+        check_reward_names(names)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    weights = training_args.reward_weights
+    if weights is not None and len(weights) != len(names):
+        raise ConfigError(
+            f"reward_weights has {len(weights)} weight(s) but reward_funcs has {len(names)} reward(s) {names}: "
+            "give one weight per reward, in the same order"
+        )
+    if "cosine" in names:
+        bounds = {
+            "cosine_min_value_wrong": script_args.cosine_min_value_wrong,
+            "cosine_max_value_wrong": script_args.cosine_max_value_wrong,
+            "cosine_min_value_correct": script_args.cosine_min_value_correct,
+            "cosine_max_value_correct": script_args.cosine_max_value_correct,
+        }
+        values = list(bounds.values())
+        if any(a > b for a, b in zip(values, values[1:])):
+            raise ConfigError(
+                "cosine bounds must be ordered min_value_wrong <= max_value_wrong <= min_value_correct <= "
+                f"max_value_correct, got {bounds}"
+            )
+        if script_args.cosine_max_len <= 0:
+            raise ConfigError(f"cosine_max_len must be positive, got {script_args.cosine_max_len}")
+    if "repetition_penalty" in names:
+        if script_args.repetition_max_penalty > 0:
+            raise ConfigError(f"repetition_max_penalty must be <= 0, got {script_args.repetition_max_penalty}")
+        if script_args.repetition_n_grams < 1:
+            raise ConfigError(f"repetition_n_grams must be >= 1, got {script_args.repetition_n_grams}")
+    from r1kit.callbacks import CALLBACKS
+
+    unknown = [c for c in training_args.callbacks if c not in CALLBACKS]
+    if unknown:
+        raise ConfigError(f"unknown callback(s) {unknown}; valid names: {', '.join(CALLBACKS)}")
+    check_callback_fields(training_args)
+    if model_args.model_name_or_path is None:
+        raise ConfigError("model_name_or_path is required: a Hub id, a local folder or r1kit:tiny-random")
+    if training_args.resume not in ("auto", "never") and not Path(training_args.resume).is_dir():
+        raise ConfigError(f"resume: {training_args.resume} is neither 'auto', 'never' nor an existing checkpoint folder")
+    from r1kit.rewards.code import check_code_execution
+
+    check_code_execution(script_args)  # a local code sandbox needs a jail on this machine
+
+
+def check_callback_fields(training_args: Any) -> None:
+    """What the chosen callbacks need from the recipe (their data needs are checked when the data is read)."""
+    from r1kit.callbacks import callback_names
+
+    names = callback_names(training_args)
+    if "push_to_hub_revision" in names and not training_args.hub_model_id:
+        raise ConfigError("callback push_to_hub_revision needs hub_model_id (a Hub repo id or file:///some/dir)")
+    if "evaluate_benchmarks" in names and not training_args.benchmarks:
+        raise ConfigError("callback evaluate_benchmarks needs `benchmarks` (e.g. [addition, humaneval, math_500])")
+
+
+def check_sft_before_loading(script_args: Any, training_args: Any, model_args: Any, dry_run: bool = False) -> None:
+    """What an `r1kit sft` recipe is checked for before anything loads (the run and `--dry-run` alike)."""
+    from r1kit.callbacks import CALLBACKS, check_hub_revision
+
+    unknown = [c for c in training_args.callbacks if c not in CALLBACKS or c == "heldout_accuracy"]
+    if unknown:
+        raise ConfigError(f"unknown callback(s) {unknown} for r1kit sft; valid: push_to_hub_revision, evaluate_benchmarks")
+    check_callback_fields(training_args)
+    check_sft_inputs(script_args, training_args, model_args, create_output_dir=not dry_run)
+    if training_args.resume not in ("auto", "never") and not Path(training_args.resume).is_dir():
+        raise ConfigError(f"resume: {training_args.resume} is neither 'auto', 'never' nor an existing checkpoint folder")
+    if not dry_run:
+        check_hub_revision(training_args)
+
+
 def preflight(training_args: Any, model_args: Any, server_wait: float | None = None) -> None:
     """All checks, cheapest first."""
     check_quantisation(model_args)

@@ -125,21 +125,6 @@ def build_or_load(script_args: SFTScriptArguments, model_args, training_args):
 # --------------------------------------------------------------------------------------------------------------------
 # The run
 # --------------------------------------------------------------------------------------------------------------------
-def check(script_args: SFTScriptArguments, training_args, model_args, dry_run: bool = False) -> None:
-    """Everything checked before anything loads (the run and `--dry-run` alike)."""
-    from r1kit.callbacks import CALLBACKS, check_hub_revision
-    from r1kit.preflight import check_sft_inputs
-
-    unknown = [c for c in training_args.callbacks if c not in CALLBACKS or c == "heldout_accuracy"]
-    if unknown:
-        raise ConfigError(f"unknown callback(s) {unknown} for r1kit sft; valid: push_to_hub_revision, evaluate_benchmarks")
-    check_sft_inputs(script_args, training_args, model_args, create_output_dir=not dry_run)
-    if training_args.resume not in ("auto", "never") and not Path(training_args.resume).is_dir():
-        raise ConfigError(f"resume: {training_args.resume} is neither 'auto', 'never' nor an existing checkpoint folder")
-    if not dry_run:
-        check_hub_revision(training_args)
-
-
 def pipeline(script_args: SFTScriptArguments, training_args, model_args) -> dict:
     """Runs an SFT recipe end to end; returns the summary (steps, seconds, metrics, held-out accuracy)."""
     from transformers import set_seed
@@ -150,6 +135,7 @@ def pipeline(script_args: SFTScriptArguments, training_args, model_args) -> dict
     from r1kit.data import SMALL_ROWS, progress_bars
     from r1kit.grpo import attach_callbacks
     from r1kit.outputs import export_wandb_env, save_final_model, setup_logging, write_run_metadata
+    from r1kit.preflight import check_sft_before_loading
 
     set_seed(training_args.seed)
     if training_args.torch_num_threads:
@@ -157,7 +143,7 @@ def pipeline(script_args: SFTScriptArguments, training_args, model_args) -> dict
 
         torch.set_num_threads(training_args.torch_num_threads)
     setup_logging(training_args)
-    check(script_args, training_args, model_args)
+    check_sft_before_loading(script_args, training_args, model_args)
     checkpoint = find_resume_checkpoint(training_args.output_dir, training_args.resume)
     export_wandb_env(training_args)
     train = load_sft_data(script_args, training_args)
@@ -211,8 +197,9 @@ def dry_run(script_args: SFTScriptArguments, training_args, model_args) -> str:
 
     from r1kit.checkpoints import find_resume_checkpoint
     from r1kit.grpo import is_local_data
+    from r1kit.preflight import check_sft_before_loading
 
-    check(script_args, training_args, model_args, dry_run=True)
+    check_sft_before_loading(script_args, training_args, model_args, dry_run=True)
     if script_args.dataset_name == BUILTIN_TASK or is_local_data(script_args):
         load_sft_data(script_args, training_args)
 

@@ -209,7 +209,6 @@ class LocalProvider:
         self.max_processes = max_processes
         self.tmp_mb = tmp_mb
         self.isolate = isolate
-        self.sandbox_errors = 0
         if isolate:
             require_jail()
         elif not _UNSANDBOXED_WARNED.is_set():
@@ -257,6 +256,5 @@ class LocalProvider:
             return self._failed(program, f"the jail did not start: {why}")
 
     def _failed(self, program: Program, why: str) -> list[TestResult]:
-        self.sandbox_errors += 1
         logger.warning("Local sandbox error (infrastructure, scored None): %s", why)
         return [TestResult(SANDBOX_ERROR, stderr=why) for _ in program.inputs]
