@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import logging
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -191,7 +193,6 @@ class EvaluateBenchmarksCallback(TrainerCallback):
         self.log = None  # the trainer's `log`, given by `attach`: metrics then reach every reporter
 
     def command(self, model_dir: Path, out: Path, step: int) -> list[str]:
-        import sys
 
         cmd = [sys.executable, "-m", "r1kit.evaluation", "--model", str(model_dir), "--benchmarks", ",".join(self.benchmarks),
                "--output-dir", str(out), "--step", str(step), "--num-samples", str(self.num_samples),
@@ -203,7 +204,6 @@ class EvaluateBenchmarksCallback(TrainerCallback):
         return cmd
 
     def launch(self, model_dir: Path, label: str, step: int):
-        import subprocess
 
         out = self.output_dir / "eval" / label
         out.mkdir(parents=True, exist_ok=True)

@@ -14,6 +14,8 @@ import contextvars
 import difflib
 import logging
 import os
+import re
+import sys
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -641,7 +643,6 @@ class _StrictParser(TrlParser):
     instead of a page of usage and an exit."""
 
     def error(self, message: str):
-        import re
 
         match = re.match(r"argument --([\w-]+)(?:/--[\w-]+)*: (.*)", message, re.S)
         if match:
@@ -856,7 +857,6 @@ def parse_args(
 
 
 def _parse_args(argv, default_config, dataclass_types):
-    import sys
 
     args = list(sys.argv[1:] if argv is None else argv)
     parser = _make_parser(dataclass_types)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import functools
 import sys
+import warnings
 from collections.abc import Callable
 
 
@@ -50,7 +51,6 @@ def shape_warnings() -> None:
     calls transformers' deprecated `is_gradient_checkpointing`, `gradient_checkpointing_disable` and
     `gradient_checkpointing_enable` around every generation. (The one r1kit caused, the `gradient_checkpointing`
     field, is fixed at the source: see `configs.apply_machine_defaults`.) Every other warning shows as usual."""
-    import warnings
 
     warnings.filterwarnings(
         "ignore",

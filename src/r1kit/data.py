@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -84,7 +85,6 @@ def load_source(name: str, config: str | None = None, split: str | None = None, 
 
 def _select_split(dataset_dict, split: str, name: str, field: str = "dataset_name"):
     """`dataset_dict[split]`, with the `train[:10]` slicing syntax, for sources that `load_dataset` does not slice."""
-    import re
 
     match = re.fullmatch(r"(\w+)(?:\[(\d*):(\d*)\])?", split)
     if match is None or match[1] not in dataset_dict:

@@ -34,6 +34,7 @@ A row that matches several benchmarks counts under each; `removed` counts it onc
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import logging
 import os
@@ -123,7 +124,6 @@ def load_benchmark_questions(name: str, field_name: str = "--benchmarks") -> Ben
     path = Path(os.path.expanduser(name))
     if path.suffix.lower() == ".jsonl" or path.exists():
         return Benchmark(name, _file_questions(path, name, field_name))
-    import difflib
 
     near = difflib.get_close_matches(name, benchmark_names(), n=1)
     hint = f" (did you mean '{near[0]}'?)" if near else ""

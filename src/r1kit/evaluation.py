@@ -6,9 +6,18 @@ math-verify, the same way the `accuracy` reward does in training, so the number 
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import io
 import json
 import logging
+import math
+import pickle
+import random
+import re
 import secrets
+import sys
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -94,8 +103,6 @@ def load_benchmark(name: str, limit: int | None = None) -> tuple[str, list[dict]
     e.g. GPQA). Open-R1's names are accepted: `math_500`, `aime24`, `aime25`, `gpqa`, `lcb_v4`. A local .jsonl is
     read by its columns: `problem`/`answer`, or LiveCodeBench's, or GPQA's.
     """
-    import json as _json
-    from pathlib import Path
 
     if name == "addition":
         from r1kit.tasks import addition_problems
@@ -130,7 +137,7 @@ def load_benchmark(name: str, limit: int | None = None) -> tuple[str, list[dict]
             raise ConfigError(f"benchmark {name} needs the Hub dataset {dataset_id}, which is not reachable: {e}") from e
         scorer, items = items_from_rows(list(ds), problem, answer)
     elif name.endswith(".jsonl") and Path(name).is_file():
-        rows = [_json.loads(line) for line in Path(name).read_text().splitlines() if line.strip()]
+        rows = [json.loads(line) for line in Path(name).read_text().splitlines() if line.strip()]
         scorer, items = items_from_rows(rows, "problem", "answer")
         missing = [k for k in ("problem", "answer") if rows and scorer == "math" and k not in rows[0]]
         if missing:
@@ -163,8 +170,6 @@ def items_from_rows(rows: list[dict], problem: str, answer: str | None) -> tuple
 def gpqa_item(row: dict) -> dict:
     """A GPQA question as a multiple choice A-D, the options shuffled by a hash of the question (the same order on
     every run)."""
-    import hashlib
-    import random
 
     options = [row["Correct Answer"], row["Incorrect Answer 1"], row["Incorrect Answer 2"], row["Incorrect Answer 3"]]
     order = list(range(4))
@@ -178,10 +183,6 @@ def gpqa_item(row: dict) -> dict:
 def _lcb_tests(value) -> list[dict]:
     """LiveCodeBench test lists: JSON text, or (private tests) zlib-compressed, base64-encoded pickles of JSON text,
     unpickled with nothing but plain types allowed."""
-    import base64
-    import io
-    import pickle
-    import zlib
 
     if isinstance(value, list):
         return value
@@ -321,7 +322,6 @@ def _check_completed(result, marker: str) -> bool:
 
 
 def score_choice(items: list[dict], completions: list[list[str]]) -> list[list[float]]:
-    import re
 
     def letter(text: str) -> str | None:
         found = re.findall(r"\b([A-D])\b", text.split("</think>")[-1])
@@ -332,7 +332,6 @@ def score_choice(items: list[dict], completions: list[list[str]]) -> list[list[f
 
 def pass_at_k(n: int, c: int, k: int) -> float:
     """Unbiased pass@k from n samples of which c are correct."""
-    import math
 
     if n - c < k:
         return 1.0
@@ -406,8 +405,6 @@ def evaluate(model_path: str, benchmark: str, num_samples: int = 1, max_new_toke
 
 def evaluate_to_files(model_path: str, benchmarks: list[str], output_dir: str, **kwargs) -> dict[str, dict]:
     """Evaluates each benchmark and writes `output_dir/<benchmark>.json`; returns the metrics per benchmark."""
-    import json as _json
-    from pathlib import Path
 
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -415,7 +412,7 @@ def evaluate_to_files(model_path: str, benchmarks: list[str], output_dir: str, *
     for benchmark in benchmarks:
         result = evaluate(model_path, benchmark, **kwargs)
         name = Path(benchmark).stem if benchmark.endswith(".jsonl") else benchmark
-        (out / f"{name}.json").write_text(_json.dumps(result, indent=1))
+        (out / f"{name}.json").write_text(json.dumps(result, indent=1))
         results[name] = result["metrics"]
         logger.info("%s on %s: %s", model_path, name, result["metrics"])
     return results
@@ -471,7 +468,6 @@ def run(args) -> int:
 
 
 if __name__ == "__main__":
-    import sys
 
     from r1kit.console import run_module
 

@@ -3,8 +3,11 @@
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
 import logging
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -81,7 +84,6 @@ def build_tiny_llama(tokenizer, hidden_size: int = 64, layers: int = 2, heads: i
 
 
 def _smollm2_gguf() -> Path:
-    import importlib.util
 
     spec = importlib.util.find_spec(SMOLLM2_GGUF[0])
     if spec is None or spec.origin is None:
@@ -95,7 +97,6 @@ def gguf_to_folder(path: Path) -> str:
     transformers loads GGUF weights dequantised, but marks the model quantised, so that it refuses full fine-tuning
     and `save_pretrained`; rebuilding it from its config without the quantisation entry lifts both.
     """
-    import hashlib
 
     stat = path.stat()
     key = hashlib.sha256(f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:12]
@@ -152,7 +153,6 @@ def resolve_model_path(name: str, gguf_file: str | None = None) -> str:
         try:
             tmp.rename(folder)
         except OSError:  # another process built it first
-            import shutil
 
             shutil.rmtree(tmp, ignore_errors=True)
     return str(folder)

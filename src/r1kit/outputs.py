@@ -71,7 +71,6 @@ def write_run_metadata(training_args: Any, resumed_from: str | None, world_size:
 
 def startup_summary(script_args, training_args, model_args, trainer, dataset, checkpoint: str | None) -> str:
     """The block a run starts with: model, data (rows per split), rewards and weights, steps, output folder, resume."""
-    import math
 
     from r1kit.data import split_sizes
 

@@ -7,6 +7,7 @@ hours) later, and says in one line what to change.
 
 from __future__ import annotations
 
+import difflib
 import os
 import socket
 import time
@@ -399,7 +400,6 @@ def check_benchmark_names(names: list[str], field: str = "benchmarks", files_mus
         if name.endswith(".jsonl") and files_must_exist and not Path(name).is_file():
             raise ConfigError(f"{field}: unknown benchmark '{name}': no such file{_relative_to_cwd(Path(name))}")
         if name not in BUILTIN_BENCHMARKS and not name.endswith(".jsonl"):
-            import difflib
 
             near = difflib.get_close_matches(name, BUILTIN_BENCHMARKS, n=1, cutoff=0.6)
             hint = f" (did you mean '{near[0]}'?)" if near else ""

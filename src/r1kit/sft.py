@@ -22,7 +22,7 @@ import json
 import logging
 import shutil
 import sys
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -193,7 +193,6 @@ def pipeline(script_args: SFTScriptArguments, training_args, model_args) -> dict
 def dry_run(script_args: SFTScriptArguments, training_args, model_args) -> str:
     """Checks an SFT recipe without loading a model (local data is loaded and its columns checked); returns the
     resolved configuration as YAML."""
-    from dataclasses import asdict
 
     from r1kit.checkpoints import find_resume_checkpoint
     from r1kit.grpo import is_local_data

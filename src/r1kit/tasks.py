@@ -7,8 +7,11 @@ with math-verify. Train and test problems never overlap: every pair (a, b) is as
 
 from __future__ import annotations
 
+import argparse
 import hashlib
+import json
 import random
+from pathlib import Path
 
 BUILTIN_PREFIX = "r1kit:"  # names of what r1kit builds itself: r1kit:addition, r1kit:demo, ...
 ADDITION_PROMPT = "{a}+{b}="
@@ -84,8 +87,6 @@ def load_task(name: str, train_size: int = 2000, test_size: int = 200, seed: int
 def export_addition(path: str, split: str, size: int, seed: int = 0) -> int:
     """Writes `size` problems of `split` to a .jsonl: `problem`, `solution`, and `messages` (the worked solution as
     the assistant's turn), the columns `r1kit decontaminate` and `r1kit sft` read. Returns the number of rows."""
-    import json
-    from pathlib import Path
 
     rows = addition_problems(split, size, seed)
     Path(path).parent.mkdir(parents=True, exist_ok=True)
@@ -98,7 +99,6 @@ def export_addition(path: str, split: str, size: int, seed: int = 0) -> int:
 
 
 if __name__ == "__main__":  # python -m r1kit.tasks addition --split train --size 20000 --output data/addition.jsonl
-    import argparse
 
     parser = argparse.ArgumentParser(prog="python -m r1kit.tasks", description="Export a built-in task to .jsonl.")
     parser.add_argument("task", choices=TASKS)

@@ -27,6 +27,7 @@ import logging
 import math
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -174,7 +175,6 @@ def _exit_with_parent() -> None:
 
 def worker_main(fd: int) -> None:
     """A verifier worker's loop over the socket `fd`: READY, then one (outcome, error) message per sample."""
-    import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: the parent decides
     threading.Thread(target=_exit_with_parent, daemon=True, name="r1kit-verifier-watchdog").start()

@@ -28,6 +28,7 @@ import struct
 import subprocess
 import sys
 import sysconfig
+import time
 from pathlib import Path
 
 logger = logging.getLogger(__name__)
@@ -252,7 +253,6 @@ def remove_cgroups(folders: list[str]) -> None:
             except FileNotFoundError:
                 break
             except OSError:
-                import time
 
                 time.sleep(0.01)
 

@@ -23,9 +23,11 @@ import logging
 import marshal
 import os
 import random
+import selectors
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -106,8 +108,6 @@ def collect(proc: subprocess.Popen, stdin: bytes, timeout: float, max_stdout: in
     """Feeds `stdin` and reads stdout and stderr until the process ends, at most `timeout` seconds and `max_stdout` /
     `max_stderr` bytes: past either, the whole process group is killed (a jail cannot make the trainer wait or hold
     memory beyond what its tests may legitimately print)."""
-    import selectors
-    import time
 
     def feed():
         try:
