@@ -270,3 +270,16 @@ def test_without_a_jail_local_code_rewards_stop_before_training(monkeypatch):
     finally:
         monkeypatch.undo()
         jail.probe.cache_clear()
+
+
+def test_a_sandbox_without_a_compiler_cannot_judge_cpp(monkeypatch):
+    """No g++ is the machine's fault, not the program's: None (skipped and counted), never a compile error."""
+    from r1kit.sandbox import local
+
+    source = local.harness_source().replace('COMPILER = "/usr/bin/g++"', 'COMPILER = "/usr/bin/no-such-g++"')
+    monkeypatch.setattr(local, "harness_source", lambda: source)
+    cpp = {"language": "cpp", "test_cases": [{"input": "", "output": "1"}]}
+    logged = {}
+    out = reward("code")([completion("int main(){return 0;}", "cpp")], verification_info=[cpp],
+                         log_metric=logged.__setitem__)
+    assert out == [None] and logged["rewards/code/sandbox_errors"] == 1.0

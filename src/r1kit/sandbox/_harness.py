@@ -28,6 +28,7 @@ import time
 
 PASSED, RUNTIME, TIMEOUT, MEMORY = "passed", "runtime_error", "time_limit", "memory_limit"
 SIGKILL, SIGXCPU, SIGXFSZ = 9, 24, 25  # numbers, not the `signal` module: it costs an enum import per program
+COMPILER = "/usr/bin/g++"
 COMPILE_LIMITS = {"memory_mb": 2048, "cpu_seconds": 30, "wall_seconds": 60, "output": 64 << 20, "nproc": 64}
 READ_LIMIT = 4000
 
@@ -261,7 +262,7 @@ def compile_cpp(request):
     with open("solution.cpp", "w") as f:
         f.write(request["code"])
     graders = sorted(n for n in request.get("files") or {} if n.endswith(".cpp") and n != "solution.cpp")
-    cmd = ["/usr/bin/g++", "-O2", "-std=c++17", "-o", "solution", "solution.cpp", *graders]
+    cmd = [COMPILER, "-O2", "-std=c++17", "-o", "solution", "solution.cpp", *graders]
     c = COMPILE_LIMITS
 
     def become_compiler(limits):
@@ -343,6 +344,10 @@ def serve(request, emit):
 
         workdir = tempfile.mkdtemp(prefix="r1kit-")
         os.chdir(workdir)
+    if request["language"] == "cpp" and not os.access(COMPILER, os.X_OK):
+        # the sandbox cannot judge C++ at all: an infrastructure failure (no `ready`), never the program's fault
+        sys.stderr.write(f"no C++ compiler at {COMPILER} in the sandbox: install g++\n")
+        return
     emit({"ready": True})
     try:
         write_files(request.get("files"))
