@@ -19,6 +19,8 @@ COMMANDS = {  # name: (module, one line for the usage)
     "evaluate": ("r1kit.evaluation", "score a model on benchmarks: r1kit evaluate --model PATH --benchmarks humaneval,addition"),
     "decontaminate": ("r1kit.decontaminate", "drop training rows that share an 8-gram with a benchmark:\n"
                       "                 r1kit decontaminate --dataset TRAIN --benchmarks math_500,aime24,... --output DIR"),
+    "pass-rate": ("r1kit.pass_rate", "score prompts' pass rates and keep the informative ones (Open-R1's filtering):\n"
+                  "                 r1kit pass-rate --config FILTER.yaml"),
     "rewards": ("r1kit.rewards", "list the registered reward functions and the dataset columns each needs"),
     "report": ("r1kit.report", "draw a run's curves: r1kit report OUTPUT_DIR (writes OUTPUT_DIR/report.png)"),
 }

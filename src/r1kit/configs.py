@@ -631,6 +631,8 @@ KEY_MIGRATIONS: dict[str, tuple[str | None, str]] = {
     "max_seq_length": ("max_length", "renamed to `max_length` in TRL's SFTConfig"),
     "use_liger": ("use_liger_kernel", "renamed to `use_liger_kernel` in TRL"),
     "dataset_configs": ("dataset_config", "Open-R1's early list form of `dataset_config`"),
+    "low_reward_threshold": ("pass_rate_min", "Open-R1's early name in its filtering configs"),
+    "high_reward_threshold": ("pass_rate_max", "Open-R1's early name in its filtering configs"),
 }
 
 
@@ -899,7 +901,7 @@ def _parse_args(argv, default_config, dataclass_types):
     if defaults == "open-r1":  # the values Open-R1 trained with, for every field the recipe leaves unset
         parser.set_defaults(**{k: v for k, v in OPEN_R1_DEFAULTS.items() if k not in explicit})
     try:
-        script_args, training_args, model_args = parser.parse_args_into_dataclasses(args=args)
+        parsed = parser.parse_args_into_dataclasses(args=args)  # one instance per dataclass given
     except ConfigError:
         raise
     except (ValueError, TypeError) as e:  # raised by a dataclass's own checks (TRL, transformers)
@@ -909,6 +911,7 @@ def _parse_args(argv, default_config, dataclass_types):
             hint = f"; to read a recipe, write --config {recipe}" if recipe else "; options are --key value"
             raise ConfigError(f"unexpected argument(s) {extra or str(e)}{hint}") from None
         raise ConfigError(" ".join(str(e).split())) from e
+    training_args = parsed[1]
     if isinstance(training_args, GRPOConfig):
         _apply_vllm_server_keys(explicit, training_args)
         moved = moved_defaults(explicit, training_args) if defaults is None else []
@@ -918,4 +921,4 @@ def _parse_args(argv, default_config, dataclass_types):
                 f"the recipe leaves {len(moved)} field(s) at today's TRL defaults, which Open-R1 trained with "
                 f"differently (set each to choose, or `defaults: open-r1` for all of Open-R1's, `defaults: trl` to "
                 f"accept today's):\n{lines}", ConfigWarning, 2)
-    return script_args, training_args, model_args
+    return tuple(parsed)

@@ -1,0 +1,276 @@
+"""Offline pass-rate filtering (Open-R1's `scripts/pass_rate_filtering/compute_pass_rate.py`): keep the prompts a model
+solves sometimes, not always or never, before spending GRPO on them.
+
+    r1kit pass-rate --config FILTER.yaml [--dry-run]
+
+A filtering recipe is a GRPO recipe (model, dataset, prompt column, system prompt, `reward_funcs` and
+`reward_weights`, `num_generations`, `temperature`, `top_p`, `max_completion_length`) plus `pass_rate_min`,
+`pass_rate_max`, `dataset_split`, `dataset_start_index`, `dataset_end_index` and `output_dataset_name`; Open-R1's
+filtering configs parse unchanged (their early `low_reward_threshold` / `high_reward_threshold` are mapped).
+
+For every prompt it samples `num_generations` completions (vLLM when installed with a GPU, transformers otherwise),
+scores them with the recipe's rewards (weighted sum; a reward's None is left out of the mean), and records the mean
+as the prompt's `pass_rate`. Output in `output_dir`:
+
+    generations.jsonl     one line per finished prompt (index, completions, rewards, pass_rate), appended as each
+                          batch finishes: a crash loses no finished prompt, and a rerun continues from there
+    scored/               the dataset with its `pass_rate` column (`save_to_disk`, plus scored.jsonl)
+    filtered/             the rows with pass_rate_min < pass_rate < pass_rate_max (plus filtered.jsonl)
+
+With `output_dataset_name`, the filtered rows are also pushed to the Hub.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import logging
+import math
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from r1kit.configs import ConfigError
+
+logger = logging.getLogger("r1kit")
+GENERATIONS = "generations.jsonl"
+BATCH_PROMPTS = 16  # prompts generated together (x num_generations completions)
+
+
+@dataclass
+class PassRateArguments:
+    """The filtering keys of a pass-rate recipe.
+
+    Args:
+        pass_rate_min (`float`, defaults to `0.1`) / pass_rate_max (`float`, defaults to `0.9`): rows whose pass rate
+            lies strictly between them are kept.
+        dataset_split (`str`, defaults to `"train"`): the split scored.
+        dataset_start_index / dataset_end_index (`int` or `None`): score only rows [start, end) of the split.
+        output_dataset_name (`str` or `None`, defaults to `None`): Hub dataset the filtered rows are pushed to.
+    """
+
+    pass_rate_min: float = field(default=0.1, metadata={"help": "Keep rows with a pass rate above this."})
+    pass_rate_max: float = field(default=0.9, metadata={"help": "Keep rows with a pass rate below this."})
+    dataset_split: str = field(default="train", metadata={"help": "Split to score."})
+    dataset_start_index: int | None = field(default=None, metadata={"help": "First row scored."})
+    dataset_end_index: int | None = field(default=None, metadata={"help": "Row after the last one scored."})
+    output_dataset_name: str | None = field(default=None, metadata={"help": "Hub dataset for the filtered rows."})
+
+    def __post_init__(self):
+        if not 0.0 <= self.pass_rate_min <= self.pass_rate_max <= 1.0:
+            raise ConfigError(f"pass_rate_min ({self.pass_rate_min}) and pass_rate_max ({self.pass_rate_max}) must "
+                              "satisfy 0 <= pass_rate_min <= pass_rate_max <= 1")
+        for name in ("dataset_start_index", "dataset_end_index"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise ConfigError(f"{name} must be >= 0, got {value}")
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Scoring
+# --------------------------------------------------------------------------------------------------------------------
+def call_reward(func, completions: list, columns: dict[str, list], prompts: list) -> list[float | None]:
+    """One reward over a batch, called the way TRL calls it (sync or `async def`)."""
+    result = func(prompts=prompts, completions=completions, **columns)
+    if inspect.isawaitable(result):
+        result = asyncio.run(result)
+    return list(result)
+
+
+def pass_rates(reward_funcs: list, weights: list[float], completions: list[list[str]], rows: list[dict],
+               prompts: list) -> list[tuple[float | None, list[float | None]]]:
+    """(pass rate, per-completion rewards) per prompt: the weighted sum of the rewards of each completion, averaged
+    over the prompt's completions (a completion every reward left None is left out; None when all are)."""
+    flat = [[{"role": "assistant", "content": c}] for cs in completions for c in cs]
+    counts = [len(cs) for cs in completions]
+    columns = {k: [row[k] for row, n in zip(rows, counts) for _ in range(n)] for k in rows[0] if k != "prompt"}
+    repeated_prompts = [p for p, n in zip(prompts, counts) for _ in range(n)]
+    per_reward = [call_reward(f, flat, columns, repeated_prompts) for f in reward_funcs]
+    totals: list[float | None] = []
+    for i in range(len(flat)):
+        scores = [(w, r[i]) for w, r in zip(weights, per_reward) if r[i] is not None and not math.isnan(r[i])]
+        totals.append(sum(w * s for w, s in scores) if scores else None)
+    out, k = [], 0
+    for n in counts:
+        mine = totals[k : k + n]
+        judged = [t for t in mine if t is not None]
+        out.append((sum(judged) / len(judged) if judged else None, mine))
+        k += n
+    return out
+
+
+def finished_indices(path: Path) -> set[int]:
+    """Rows already scored by an earlier (perhaps interrupted) run. A last line cut short by a crash is removed, so
+    that what is appended next starts on a line of its own."""
+    done = set()
+    if path.exists():
+        data = path.read_bytes()
+        if data and not data.endswith(b"\n"):
+            with path.open("r+b") as f:
+                f.truncate(data.rfind(b"\n") + 1)
+        for line in path.read_text().splitlines():
+            try:
+                done.add(int(json.loads(line)["index"]))
+            except (ValueError, KeyError, TypeError):
+                continue
+    return done
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The run
+# --------------------------------------------------------------------------------------------------------------------
+def sampler(model_args, training_args, tokenizer):
+    """A function from chat-formatted prompts to `num_generations` sampled completions each, with the model loaded
+    once: vLLM when it is installed with a GPU, batched transformers otherwise."""
+    from r1kit.evaluation import _vllm_available, generate
+    from r1kit.modeling import get_model, resolve_model_path
+
+    n, max_new = training_args.num_generations, training_args.max_completion_length
+    temperature, top_p = training_args.temperature, training_args.top_p
+    if _vllm_available():
+        from vllm import LLM, SamplingParams
+
+        llm = LLM(model=str(resolve_model_path(model_args.model_name_or_path, model_args.gguf_file)))
+        params = SamplingParams(n=n, max_tokens=max_new, temperature=temperature, top_p=top_p)
+        return lambda prompts: [[o.text for o in out.outputs] for out in llm.generate(prompts, params)]
+    model = get_model(model_args, training_args)
+
+    def sample(prompts: list[str]) -> list[list[str]]:
+        flat = generate(model, tokenizer, [p for p in prompts for _ in range(n)], max_new, temperature=temperature,
+                        top_p=top_p)
+        return [flat[i * n : (i + 1) * n] for i in range(len(prompts))]
+
+    return sample
+
+
+def select_rows(script_args, filter_args):
+    from r1kit.data import get_dataset
+
+    dataset = get_dataset(script_args)
+    if filter_args.dataset_split not in dataset:
+        raise ConfigError(f"dataset_split '{filter_args.dataset_split}' not found; splits: {', '.join(dataset)}")
+    split = dataset[filter_args.dataset_split]
+    start = filter_args.dataset_start_index or 0
+    end = len(split) if filter_args.dataset_end_index is None else min(filter_args.dataset_end_index, len(split))
+    if start >= end:
+        raise ConfigError(f"dataset_start_index {start} / dataset_end_index {end}: no rows selected of {len(split)}")
+    if script_args.dataset_prompt_column not in split.column_names:
+        raise ConfigError(f"dataset_prompt_column '{script_args.dataset_prompt_column}' not found; columns: "
+                          f"{split.column_names}")
+    return split.select(range(start, end)), start
+
+
+def check(script_args, training_args, model_args, filter_args, dry_run: bool = False) -> None:
+    from r1kit.preflight import check_hub_push, check_inputs, validate_args
+
+    validate_args(script_args, training_args, model_args)
+    check_inputs(script_args, training_args, model_args, create_output_dir=not dry_run)
+    if filter_args.output_dataset_name:
+        check_hub_push(filter_args.output_dataset_name, field="output_dataset_name")
+
+
+def pipeline(script_args, training_args, model_args, filter_args) -> dict:
+    """Scores every selected prompt (continuing an interrupted run), writes the scored and the filtered datasets;
+    returns the counts."""
+    from datasets import Dataset
+    from tqdm.auto import tqdm
+
+    from r1kit.data import make_conversation
+    from r1kit.modeling import get_tokenizer
+    from r1kit.rewards import get_reward_funcs
+
+    check(script_args, training_args, model_args, filter_args)
+    rows, start = select_rows(script_args, filter_args)
+    out = Path(training_args.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    log_path = out / GENERATIONS
+    done = finished_indices(log_path)
+    todo = [i for i in range(len(rows)) if start + i not in done]
+    if done:
+        logger.warning("Continuing: %d of %d prompts were scored by an earlier run (%s).", len(rows) - len(todo),
+                       len(rows), log_path)
+    reward_funcs = get_reward_funcs(script_args, training_args)
+    weights = training_args.reward_weights or [1.0] * len(reward_funcs)
+    tokenizer = get_tokenizer(model_args, training_args)
+    sample = sampler(model_args, training_args, tokenizer) if todo else None
+    with log_path.open("a") as log, tqdm(total=len(rows), initial=len(rows) - len(todo), desc="pass rate",
+                                         unit="prompt") as bar:
+        for b in range(0, len(todo), BATCH_PROMPTS):
+            batch = [rows[i] for i in todo[b : b + BATCH_PROMPTS]]
+            conversations = [make_conversation(r, script_args.dataset_prompt_column, training_args.system_prompt)["prompt"]
+                             for r in batch]
+            texts = [tokenizer.apply_chat_template(c, tokenize=False, add_generation_prompt=True) for c in conversations]
+            completions = sample(texts)
+            scored = pass_rates(reward_funcs, weights, completions, batch, conversations)
+            for i, row_completions, (rate, rewards) in zip(todo[b : b + BATCH_PROMPTS], completions, scored):
+                log.write(json.dumps({"index": start + i, "pass_rate": rate, "completions": row_completions,
+                                      "rewards": rewards}) + "\n")
+            log.flush()
+            bar.update(len(batch))
+    rates = {}
+    for line in log_path.read_text().splitlines():
+        try:
+            item = json.loads(line)
+            rates[int(item["index"])] = item["pass_rate"]
+        except (ValueError, KeyError, TypeError):
+            continue
+    scored = Dataset.from_list([{**rows[i], "pass_rate": rates.get(start + i)} for i in range(len(rows))])
+    low, high = filter_args.pass_rate_min, filter_args.pass_rate_max
+    kept = scored.filter(lambda r: r["pass_rate"] is not None and low < r["pass_rate"] < high)
+    for name, data in (("scored", scored), ("filtered", kept)):
+        data.save_to_disk(str(out / name))
+        data.to_json(str(out / f"{name}.jsonl"), lines=True, force_ascii=False)
+    if filter_args.output_dataset_name:
+        kept.push_to_hub(filter_args.output_dataset_name)
+    summary = {"rows": len(rows), "kept": len(kept), "pass_rate_min": low, "pass_rate_max": high,
+               "unjudged": sum(rates.get(start + i) is None for i in range(len(rows)))}
+    (out / "pass_rate_summary.json").write_text(json.dumps(summary, indent=2))
+    return summary
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The command: r1kit pass-rate --config FILTER.yaml [--dry-run] [--key value ...]
+# --------------------------------------------------------------------------------------------------------------------
+def parse(argv: list[str]):
+    from r1kit.configs import GRPOConfig, GRPOScriptArguments, ModelConfig, parse_args
+
+    return parse_args(argv, default_config=None,
+                      dataclass_types=(GRPOScriptArguments, GRPOConfig, ModelConfig, PassRateArguments))
+
+
+def add_parser(subparsers):
+    """Adds `pass-rate` to the `r1kit` command."""
+    from r1kit.console import add_pass_through_command
+
+    return add_pass_through_command(subparsers, "pass-rate", "score prompts' pass rates and keep the informative ones",
+                                    run)
+
+
+def run(args) -> int:
+    from r1kit.console import shape_warnings
+
+    argv = list(args.argv)
+    if "-h" in argv or "--help" in argv:
+        print(__doc__.strip())
+        return 0
+    if "--config" not in argv:
+        raise ConfigError("--config: r1kit pass-rate needs a filtering recipe (see r1kit pass-rate --help)")
+    dry = "--dry-run" in argv
+    shape_warnings()
+    script_args, training_args, model_args, filter_args = parse([a for a in argv if a != "--dry-run"])
+    if dry:
+        check(script_args, training_args, model_args, filter_args, dry_run=True)
+        print("recipe OK: keys, values, paths and the filtering window checked; no model loaded.")
+        return 0
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s - %(levelname)s - %(name)s - %(message)s")
+    summary = pipeline(script_args, training_args, model_args, filter_args)
+    print(f"pass rates of {summary['rows']} prompts: {summary['kept']} kept with "
+          f"{summary['pass_rate_min']} < pass rate < {summary['pass_rate_max']} -> {training_args.output_dir}/filtered")
+    return 0
+
+
+if __name__ == "__main__":
+    from r1kit.console import run_module
+
+    sys.exit(run_module("pass_rate", add_parser))
