@@ -196,21 +196,31 @@ def _own_cgroup_dir(controller: str) -> str | None:
     return None
 
 
-@functools.lru_cache(maxsize=1)
+_CGROUP_PARENTS: dict[str, str] | None = None
+
+
 def cgroup_parents() -> dict[str, str] | None:
     """{controller: folder} for the memory and pids controllers, or None where r1kit cannot use them (not root,
-    cgroup v2 without delegation, read-only hierarchies): rlimits then bound each process on its own."""
+    cgroup v2 without delegation, read-only hierarchies): rlimits then bound each process on its own. A success is
+    remembered; a failure is asked again next time (it may have been passing)."""
+    global _CGROUP_PARENTS
+    if _CGROUP_PARENTS is not None:
+        return _CGROUP_PARENTS
     if os.geteuid() != 0:
         return None
     parents = {c: _own_cgroup_dir(c) for c in ("memory", "pids")}
     if not all(parents.values()):
         return None
+    import uuid
+
     try:
-        probe_dir = os.path.join(parents["pids"], f"r1kit-probe-{os.getpid()}")
+        probe_dir = os.path.join(parents["pids"], f"r1kit-probe-{uuid.uuid4().hex}")
         os.mkdir(probe_dir)
         os.rmdir(probe_dir)
-    except OSError:
+    except OSError as e:
+        logger.debug("cgroups unusable here: %s", e)
         return None
+    _CGROUP_PARENTS = parents
     return parents
 
 
