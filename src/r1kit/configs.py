@@ -175,6 +175,17 @@ def parse_dataset_mixture(mixture: Any) -> DatasetMixtureConfig:
 # --------------------------------------------------------------------------------------------------------------------
 # The three dataclasses of a recipe
 # --------------------------------------------------------------------------------------------------------------------
+def check_data_fields(args: Any) -> None:
+    """`dataset_name` or `dataset_mixture` (Open-R1's rule), the mixture given as a mapping or as JSON text on the
+    command line, turned into a `DatasetMixtureConfig`. Shared by the GRPO, SFT and pass-rate arguments."""
+    if args.dataset_name is None and args.dataset_mixture is None:
+        raise ConfigError("Either `dataset_name` or `dataset_mixture` must be provided")
+    if isinstance(args.dataset_mixture, str):  # given as JSON on the command line
+        args.dataset_mixture = yaml.safe_load(args.dataset_mixture)
+    if args.dataset_mixture is not None and not isinstance(args.dataset_mixture, DatasetMixtureConfig):
+        args.dataset_mixture = parse_dataset_mixture(args.dataset_mixture)
+
+
 @dataclass
 class GRPOScriptArguments(ScriptArguments):
     """Data and reward arguments of a GRPO run (every field Open-R1 has, with its bugs fixed).
@@ -285,12 +296,7 @@ class GRPOScriptArguments(ScriptArguments):
     )
 
     def __post_init__(self):
-        if self.dataset_name is None and self.dataset_mixture is None:
-            raise ConfigError("Either `dataset_name` or `dataset_mixture` must be provided")
-        if isinstance(self.dataset_mixture, str):  # given as JSON on the command line
-            self.dataset_mixture = yaml.safe_load(self.dataset_mixture)
-        if self.dataset_mixture is not None and not isinstance(self.dataset_mixture, DatasetMixtureConfig):
-            self.dataset_mixture = parse_dataset_mixture(self.dataset_mixture)
+        check_data_fields(self)
         if isinstance(self.reward_funcs, str):
             self.reward_funcs = [name.strip() for name in self.reward_funcs.split(",") if name.strip()]
         for name in ("dataset_name", "dataset_prompt_column", "code_language"):

@@ -415,14 +415,19 @@ def check_benchmark_names(names: list[str], field: str = "benchmarks", files_mus
                               "(training is unaffected)", ConfigWarning, 2)
 
 
-def check_inputs(script_args: Any, training_args: Any, model_args: Any, create_output_dir: bool = True) -> None:
-    """Everything a GRPO recipe points at, before anything loads: the dataset (or each mixture member), the model
-    (and its GGUF file), benchmark names and the output folder. (The `deepspeed` file is checked at parse time.)"""
+def check_data_sources(script_args: Any) -> None:
+    """The dataset, or each mixture member: a path that exists, a built-in name, or a Hub id that can be reached."""
     if script_args.dataset_mixture is not None:
         for i, member in enumerate(script_args.dataset_mixture.datasets):
             check_dataset_source(member.id, f"dataset_mixture.datasets[{i}].id")
     else:
         check_dataset_source(script_args.dataset_name, "dataset_name")
+
+
+def check_inputs(script_args: Any, training_args: Any, model_args: Any, create_output_dir: bool = True) -> None:
+    """Everything a GRPO recipe points at, before anything loads: the dataset (or each mixture member), the model
+    (and its GGUF file), benchmark names and the output folder. (The `deepspeed` file is checked at parse time.)"""
+    check_data_sources(script_args)
     check_model_source(model_args.model_name_or_path, "model_name_or_path", model_args.model_revision,
                        model_args.gguf_file)
     check_attn_implementation(model_args.attn_implementation)
@@ -487,11 +492,7 @@ def check_sft_inputs(script_args: Any, training_args: Any, model_args: Any, crea
     check_range(script_args, [("train_size", ">=", 1), ("heldout_size", ">=", 1), ("eval_every_steps", ">=", 1),
                               ("stop_at_accuracy", ">=", 0), ("stop_at_accuracy", "<=", 1), ("hidden_size", ">=", 1),
                               ("num_layers", ">=", 1), ("num_heads", ">=", 1)])
-    if script_args.dataset_mixture is not None:
-        for i, member in enumerate(script_args.dataset_mixture.datasets):
-            check_dataset_source(member.id, f"dataset_mixture.datasets[{i}].id")
-    else:
-        check_dataset_source(script_args.dataset_name, "dataset_name")
+    check_data_sources(script_args)
     check_model_source(model_args.model_name_or_path, "model_name_or_path", model_args.model_revision,
                        model_args.gguf_file, builtins=("scratch", *BUILTIN_MODELS))
     check_attn_implementation(model_args.attn_implementation)

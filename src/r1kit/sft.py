@@ -29,7 +29,7 @@ from typing import Any
 import yaml
 from trl import ScriptArguments
 
-from r1kit.configs import ConfigError, DatasetMixtureConfig, parse_dataset_mixture
+from r1kit.configs import ConfigError, check_data_fields
 
 logger = logging.getLogger("r1kit")
 BUILTIN_TASK = "r1kit:addition"
@@ -68,12 +68,7 @@ class SFTScriptArguments(ScriptArguments):
     publish_to: str | None = field(default=None, metadata={"help": "Copy the final model and tokenizer here."})
 
     def __post_init__(self):
-        if self.dataset_name is None and self.dataset_mixture is None:
-            raise ConfigError("Either `dataset_name` or `dataset_mixture` must be provided")
-        if isinstance(self.dataset_mixture, str):  # given as JSON on the command line
-            self.dataset_mixture = yaml.safe_load(self.dataset_mixture)
-        if self.dataset_mixture is not None and not isinstance(self.dataset_mixture, DatasetMixtureConfig):
-            self.dataset_mixture = parse_dataset_mixture(self.dataset_mixture)
+        check_data_fields(self)
 
 
 # --------------------------------------------------------------------------------------------------------------------
