@@ -113,6 +113,9 @@ def host(tmp_path, monkeypatch):
     assert set(os.listdir(tmp_path)) == before["cwd"]
     assert secret.read_text() == "ok\n" and tmp_secret.read_text() == "ok\n"
     assert _ipc() == before["ipc"]
+    deadline = time.monotonic() + 10  # a dead jail's IPC namespace is freed by the kernel shortly after it ends
+    while _shmem_kib() - before["shmem"] >= 64 * 1024 and time.monotonic() < deadline:
+        time.sleep(0.1)
     assert _shmem_kib() - before["shmem"] < 64 * 1024  # no tmpfs or shared memory left holding host memory
     tmp_secret.unlink()
 
@@ -472,3 +475,39 @@ def test_many_processes_share_one_memory_cap(host):
     """)
     (result,) = run(code, memory_mb=256, time_limit=5)
     assert result.stdout.count("allocated") <= 2  # 6 x 150 MB would fit the per-process limit, not the jail's cap
+
+
+def test_cpp_tests_run_under_the_programs_memory_cap_not_the_compilers(host):
+    """The jail's cgroup allows the compiler more memory; once it has compiled, the tests get the program's cap:
+    memory held outside the address-space limit (detached SysV segments) cannot pass."""
+    from r1kit.sandbox.jail import cgroup_parents
+
+    if not cgroup_parents():
+        pytest.skip("cgroups unavailable here")
+    code = textwrap.dedent("""
+        #include <sys/shm.h>
+        #include <cstring>
+        #include <cstdio>
+        int main() {
+            for (int i = 0; i < 5; i++) {
+                int id = shmget(IPC_PRIVATE, 150u << 20, IPC_CREAT | 0600);
+                if (id < 0) return 1;
+                char* p = (char*) shmat(id, nullptr, 0);
+                if (p == (char*) -1) return 1;
+                memset(p, 1, 150u << 20);
+                shmdt(p);
+            }
+            puts("5");
+        }
+    """)
+    (result,) = run(code, language="cpp", memory_mb=256, time_limit=10)
+    assert result.status != PASSED
+
+
+def test_a_checker_is_never_handed_more_output_than_its_jail_holds():
+    from r1kit.rewards.competitive import CHECKER_CHUNK_BYTES, checker_chunks
+
+    big = CHECKER_CHUNK_BYTES // 2 + 1
+    assert checker_chunks([0, 1, 2, 3], [big, big, 10, big]) == [[0], [1, 2], [3]]
+    assert checker_chunks([5, 6], [10, 10]) == [[5, 6]]
+    assert checker_chunks([0], [3 * CHECKER_CHUNK_BYTES]) == [[0]]

@@ -75,24 +75,42 @@ def check_outputs(provider, checker: Program, cases, results: list[TestResult]) 
     score (CMS/IOI). A checker that fails makes the test wrong; a sandbox failure marks it `sandbox_error`."""
     scores = [0.0] * len(results)
     ran = [i for i, r in enumerate(results) if r.passed]
-    if not ran:
-        return scores
-    program = Program(
-        code=checker.code, language=checker.language, inputs=[""] * len(ran), time_limit=checker.time_limit,
-        memory_mb=checker.memory_mb, argv=CHECKER_ARGS, files=checker.files,
-        test_files=[{"input.txt": cases[i][0], "correct_output.txt": cases[i][1],
-                     "solution_output.txt": results[i].stdout} for i in ran],
-    )
-    (verdicts,) = provider.execute([program])
-    for i, verdict in zip(ran, verdicts):
-        if verdict.status == SANDBOX_ERROR:
-            results[i].status = SANDBOX_ERROR
-            continue
-        score = _checker_score(verdict) if verdict.status == PASSED else 0.0
-        scores[i] = score
-        if score <= 0.0:
-            results[i].status = WRONG_ANSWER
+    for chunk in checker_chunks(ran, [len(results[i].stdout) for i in ran]):
+        program = Program(
+            code=checker.code, language=checker.language, inputs=[""] * len(chunk), time_limit=checker.time_limit,
+            memory_mb=checker.memory_mb, argv=CHECKER_ARGS, files=checker.files,
+            test_files=[{"input.txt": cases[i][0], "correct_output.txt": cases[i][1],
+                         "solution_output.txt": results[i].stdout} for i in chunk],
+        )
+        (verdicts,) = provider.execute([program])
+        for i, verdict in zip(chunk, verdicts):
+            if verdict.status == SANDBOX_ERROR:
+                results[i].status = SANDBOX_ERROR
+                continue
+            score = _checker_score(verdict) if verdict.status == PASSED else 0.0
+            scores[i] = score
+            if score <= 0.0:
+                results[i].status = WRONG_ANSWER
     return scores
+
+
+CHECKER_CHUNK_BYTES = 8 << 20  # the program's outputs one checker run carries: its request must fit the checker's jail
+
+
+def checker_chunks(indices: list[int], sizes: list[int]) -> list[list[int]]:
+    """Groups tests for checker runs so that no run carries more than CHECKER_CHUNK_BYTES of the program's output
+    (one test per run at worst): a program cannot make its checker's jail fail to start by printing a lot, which
+    would score it None instead of wrong."""
+    chunks, current, total = [], [], 0
+    for i, size in zip(indices, sizes):
+        if current and total + size > CHECKER_CHUNK_BYTES:
+            chunks.append(current)
+            current, total = [], 0
+        current.append(i)
+        total += size
+    if current:
+        chunks.append(current)
+    return chunks
 
 
 def _checker_score(verdict: TestResult) -> float:

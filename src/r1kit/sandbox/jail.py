@@ -247,6 +247,25 @@ def create_cgroups(name: str, memory_bytes: int, pids: int) -> list[str]:
     return made
 
 
+def set_memory_cap(folders: list[str], memory_bytes: int) -> None:
+    """Lowers the memory cap of a program's cgroup (its compiler has exited); a cap below what the jail already holds
+    is refused by the kernel, so the jail is then killed: a program holding that much has broken its limit."""
+    for folder in folders:
+        for key in ("memory.limit_in_bytes", "memory.memsw.limit_in_bytes"):  # lowering: memory first (memsw >= it)
+            path = Path(folder, key)
+            if not path.exists():
+                continue
+            try:
+                path.write_text(str(memory_bytes))
+            except OSError:
+                for pid in Path(folder, "cgroup.procs").read_text().split():
+                    try:
+                        os.kill(int(pid), 9)
+                    except OSError:
+                        pass
+                return
+
+
 def remove_cgroups(folders: list[str]) -> None:
     """Kills whatever is left in the program's cgroups, then removes them."""
     for folder in folders:

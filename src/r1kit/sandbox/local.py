@@ -43,6 +43,7 @@ from r1kit.sandbox.jail import (
     remove_cgroups,
     require_jail,
     seccomp_filter,
+    set_memory_cap,
 )
 
 logger = logging.getLogger(__name__)
@@ -104,10 +105,12 @@ class Finished:
         self.code, self.stdout, self.stderr, self.stopped = code, stdout, stderr, stopped
 
 
-def collect(proc: subprocess.Popen, stdin: bytes, timeout: float, max_stdout: int, max_stderr: int = 64 << 10) -> Finished:
+def collect(proc: subprocess.Popen, stdin: bytes, timeout: float, max_stdout: int, max_stderr: int = 64 << 10,
+            on_compiled=None) -> Finished:
     """Feeds `stdin` and reads stdout and stderr until the process ends, at most `timeout` seconds and `max_stdout` /
     `max_stderr` bytes: past either, the whole process group is killed (a jail cannot make the trainer wait or hold
-    memory beyond what its tests may legitimately print)."""
+    memory beyond what its tests may legitimately print). `on_compiled()` is called once the harness reports its
+    compile, before any test runs."""
 
     def feed():
         try:
@@ -141,6 +144,9 @@ def collect(proc: subprocess.Popen, stdin: bytes, timeout: float, max_stdout: in
                     stopped = "output"
                     break
                 chunks[key.fileobj].append(data)
+                if on_compiled is not None and key.fileobj is proc.stdout and b'{"compile"' in b"".join(chunks[proc.stdout][-2:]):
+                    on_compiled()
+                    on_compiled = None
             if stopped:
                 break
     if stopped:
@@ -162,7 +168,8 @@ def _kill_group(proc: subprocess.Popen) -> None:
 
 
 def run_in_jail(args: list[str], stdin: bytes, timeout: float, tmp_bytes: int = 64 << 20,
-                memory_bytes: int | None = None, max_processes: int = 64, max_stdout: int = 1 << 30) -> Finished:
+                memory_bytes: int | None = None, max_processes: int = 64, max_stdout: int = 1 << 30,
+                memory_after_compile: int | None = None) -> Finished:
     """Runs the base interpreter with `args` in a fresh jail, at most `timeout` seconds and `max_stdout` bytes of
     output. As root, where cgroups are usable, the jail's whole tree is capped at `memory_bytes` (processes and its
     tmpfs together) and `max_processes` + 8 processes."""
@@ -176,16 +183,23 @@ def run_in_jail(args: list[str], stdin: bytes, timeout: float, tmp_bytes: int = 
         finally:
             if fd is not None:
                 os.close(fd)
-        return collect(proc, stdin, timeout, max_stdout)
+        lower = None
+        if cgroups and memory_after_compile:  # the compiler's allowance ends with the compile: tests get the program's
+            def lower():
+                set_memory_cap(cgroups, memory_after_compile)
+        return collect(proc, stdin, timeout, max_stdout, on_compiled=lower)
     finally:
         remove_cgroups(cgroups)
 
 
+OUTPUT_TESTS = 4  # a program's tests may print 4 x max_output in all (stdout and stderr of every test together)
+
+
 def reply_limit(program: Program, max_output: int) -> int:
-    """The most a harness can legitimately write for `program`: each test's stdout and stderr in base64, plus the
-    compile report and the protocol's own lines."""
-    per_test = (max_output + 4096) * 4 // 3 + 1024
-    return (1 << 20) + len(program.inputs) * per_test
+    """The most the trainer reads from a program's harness: every test's report, plus output (base64) up to
+    OUTPUT_TESTS x `max_output` for the whole program. The trainer holds a few copies of what it reads while it
+    judges, so this bounds its memory per program; past it the remaining tests are cut short (wrong)."""
+    return (1 << 20) + len(program.inputs) * 8192 + OUTPUT_TESTS * (max_output + 4096) * 4 // 3
 
 
 class LocalProvider:
@@ -239,9 +253,14 @@ class LocalProvider:
         try:
             if self.isolate:
                 tmp_bytes = (program.memory_mb - request["memory_mb"]) << 20
-                # the harness, bwrap and (for C++) the compiler live in the same cap as the program
-                memory = (max(program.memory_mb, COMPILER_MB if program.language == "cpp" else 0) + JAIL_OVERHEAD_MB) << 20
-                done = run_in_jail(["-c", harness_source()], stdin, budget, tmp_bytes, memory, self.max_processes, limit)
+                # the harness, bwrap and (for C++, until it has compiled) the compiler live in the same cap as the program
+                memory = (program.memory_mb + JAIL_OVERHEAD_MB) << 20
+                compile_memory = (max(program.memory_mb, COMPILER_MB) + JAIL_OVERHEAD_MB) << 20
+                if program.language == "cpp":
+                    done = run_in_jail(["-c", harness_source()], stdin, budget, tmp_bytes, compile_memory,
+                                       self.max_processes, limit, memory_after_compile=memory)
+                else:
+                    done = run_in_jail(["-c", harness_source()], stdin, budget, tmp_bytes, memory, self.max_processes, limit)
             else:
                 proc = subprocess.Popen([sys.executable, "-I", "-S", "-c", harness_source()], stdin=subprocess.PIPE,
                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd="/", start_new_session=True,
