@@ -120,11 +120,15 @@ class PistonProvider:
     def _run_test(self, program: Program, index: int) -> TestResult:
         if program.language not in PISTON_LANGUAGES:
             return TestResult(SANDBOX_ERROR, stderr=f"piston: unsupported language {program.language}")
+        if program.output_file:  # Piston returns stdout only: a file-I/O program cannot be judged there
+            return TestResult(SANDBOX_ERROR, stderr=f"piston: cannot read back {program.output_file} (file I/O)")
         language, filename = PISTON_LANGUAGES[program.language]
+        per_test = program.test_files[index] if index < len(program.test_files) else {}
+        files = {**program.files, **per_test}
         body = {
             "language": language,
             "version": "*",
-            "files": [{"name": filename, "content": program.code}, *({"name": n, "content": c} for n, c in program.files.items())],
+            "files": [{"name": filename, "content": program.code}, *({"name": n, "content": c} for n, c in files.items())],
             "stdin": program.inputs[index],
             "args": program.argv,
             "run_timeout": int(program.time_limit * 1000),
