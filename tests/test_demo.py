@@ -56,7 +56,7 @@ def test_shortened_demo_runs_end_to_end_and_reports(tmp_path, capsys):
 
     assert main(["report", str(out)]) == 0
     table = capsys.readouterr().out
-    assert "accuracy_reward" in table and "held-out acc" in table
+    assert "accuracy_reward" in table and "held-out acc" in table and "frac_reward_zero_std" in table
     png = out / "report.png"
     assert png.is_file() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000
 

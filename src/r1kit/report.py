@@ -55,7 +55,7 @@ def draw(output_dir: Path, history: list[dict], heldout: list[dict], benchmarks:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(2, 2, figsize=(11, 7.5))
+    fig, axes = plt.subplots(3, 2, figsize=(11, 11))
     ax = axes[0][0]
     ax.plot(*series(history, "reward"), color="black", linewidth=2, label="total reward")
     for key in reward_keys(history):
@@ -80,6 +80,17 @@ def draw(output_dir: Path, history: list[dict], heldout: list[dict], benchmarks:
     key = "kl" if series(history, "kl")[0] else "loss"
     ax.plot(*series(history, key), color="tab:red")
     ax.set_title("KL to the reference" if key == "kl" else "Loss (no KL logged: beta = 0)")
+    ax = axes[2][0]  # groups whose completions all scored the same: no advantage, no gradient
+    ax.plot(*series(history, "frac_reward_zero_std"), color="tab:orange", label="groups with zero reward std")
+    dropped = series(history, "sampling/zero_std_groups_dropped")
+    if dropped[0]:
+        ax.plot(*dropped, color="tab:brown", linestyle="--", label="zero-std groups dropped")
+    ax.set_ylim(bottom=0)
+    ax.set_title("Groups without signal (fraction)")
+    ax.legend(fontsize=8)
+    ax = axes[2][1]
+    ax.plot(*series(history, "learning_rate"), color="tab:gray")
+    ax.set_title("Learning rate")
     for ax in axes.flat:
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
@@ -92,7 +103,7 @@ def draw(output_dir: Path, history: list[dict], heldout: list[dict], benchmarks:
 
 
 def table(history: list[dict], heldout: list[dict], rows: int = 10) -> str:
-    keys = ["reward", *reward_keys(history), "completions/mean_length", "kl"]
+    keys = ["reward", *reward_keys(history), "completions/mean_length", "frac_reward_zero_std", "kl"]
     keys = [k for k in keys if series(history, k)[0]]
     accuracy = {r["step"]: r["accuracy"] for r in heldout}
     picked = history[:: max(1, math.ceil(len(history) / rows))]
