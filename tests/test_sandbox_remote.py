@@ -229,3 +229,17 @@ def test_a_remote_time_out_after_the_harness_started_is_wrong_not_none(server, k
     program = Program("print(input())", inputs=["a\n", "b\n"], expected=["a\n", "b\n"], time_limit=2)
     results = get_provider(kind, router_url=fake.url).execute([program])[0]
     assert [r.status for r in results] == [PASSED, "runtime_error"]
+
+
+def test_piston_sends_each_tests_files_and_cannot_judge_file_output(server):
+    """A file-I/O program (it writes output.txt) cannot be judged by Piston, which returns stdout only: that is the
+    back end's limit, so None (sandbox error), never a wrong answer the program did not earn."""
+    fake = server(piston_execute)
+    provider = get_provider("piston", endpoints=fake.url + "/api/v2")
+    checker_like = Program("print(1)", inputs=["", ""], expected=["1", "1"],
+                           test_files=[{"input.txt": "a"}, {"input.txt": "b"}])
+    file_io = Program("open('output.txt', 'w').write('1')", inputs=[""], expected=["1"], output_file="output.txt")
+    per_test, writes_file = provider.execute([checker_like, file_io])
+    assert [r.status for r in per_test] == [PASSED, PASSED]
+    assert sorted(f["content"] for _, body in fake.requests for f in body["files"] if f["name"] == "input.txt") == ["a", "b"]
+    assert [r.status for r in writes_file] == [SANDBOX_ERROR] and len(fake.requests) == 2  # never sent

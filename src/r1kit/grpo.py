@@ -21,7 +21,6 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -213,8 +212,7 @@ def finish(trainer, metrics: dict, script_args: GRPOScriptArguments, training_ar
 
 def dry_run(script_args: GRPOScriptArguments, training_args: GRPOConfig, model_args: Any) -> str:
     """Checks a recipe without loading a model; returns the resolved configuration as YAML."""
-    import yaml
-
+    from r1kit.outputs import resolved_recipe
     from r1kit.preflight import check_before_loading
 
     check_before_loading(script_args, training_args, model_args, dry_run=True)
@@ -226,17 +224,7 @@ def dry_run(script_args: GRPOScriptArguments, training_args: GRPOConfig, model_a
     else:
         logger.info("Dataset %s is remote: its columns are checked when the run starts.", script_args.dataset_name)
 
-    def plain(obj):
-        data = obj.to_dict() if hasattr(obj, "to_dict") else asdict(obj)
-        return {k: v for k, v in data.items() if isinstance(v, (str, int, float, bool, list, dict, type(None)))}
-
-    resolved = {
-        "script_arguments": plain(script_args),
-        "model_arguments": plain(model_args),
-        "training_arguments": plain(training_args),
-        "resume_from": find_resume_checkpoint(training_args.output_dir, training_args.resume),
-    }
-    return yaml.safe_dump(resolved, sort_keys=False)
+    return resolved_recipe(script_args, training_args, model_args)
 
 
 # --------------------------------------------------------------------------------------------------------------------

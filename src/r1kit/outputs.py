@@ -11,6 +11,7 @@ import logging
 import math
 import os
 import sys
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -127,6 +128,26 @@ def write_summary(trainer, metrics: dict, training_args: Any) -> dict | None:
     }
     (Path(training_args.output_dir) / "summary.json").write_text(json.dumps(summary, indent=2))
     return summary
+
+
+def resolved_recipe(script_args: Any, training_args: Any, model_args: Any) -> str:
+    """What a dry run prints: the three argument objects as parsed (plain values only) and the checkpoint a run would
+    resume from, as YAML."""
+    import yaml
+
+    from r1kit.checkpoints import find_resume_checkpoint
+
+    def plain(obj):
+        data = obj.to_dict() if hasattr(obj, "to_dict") else asdict(obj)
+        return {k: v for k, v in data.items() if isinstance(v, (str, int, float, bool, list, dict, type(None)))}
+
+    resolved = {
+        "script_arguments": plain(script_args),
+        "model_arguments": plain(model_args),
+        "training_arguments": plain(training_args),
+        "resume_from": find_resume_checkpoint(training_args.output_dir, training_args.resume),
+    }
+    return yaml.safe_dump(resolved, sort_keys=False)
 
 
 def save_final_model(trainer, training_args, dataset_name: str | None) -> None:

@@ -22,11 +22,10 @@ import json
 import logging
 import shutil
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 from trl import ScriptArguments
 
 from r1kit.configs import ConfigError, check_data_fields
@@ -189,22 +188,15 @@ def dry_run(script_args: SFTScriptArguments, training_args, model_args) -> str:
     """Checks an SFT recipe without loading a model (local data is loaded and its columns checked); returns the
     resolved configuration as YAML."""
 
-    from r1kit.checkpoints import find_resume_checkpoint
     from r1kit.grpo import is_local_data
+    from r1kit.outputs import resolved_recipe
     from r1kit.preflight import check_sft_before_loading
 
     check_sft_before_loading(script_args, training_args, model_args, dry_run=True)
     if script_args.dataset_name == BUILTIN_TASK or is_local_data(script_args):
         load_sft_data(script_args, training_args)
 
-    def plain(obj):
-        data = obj.to_dict() if hasattr(obj, "to_dict") else asdict(obj)
-        return {k: v for k, v in data.items() if isinstance(v, (str, int, float, bool, list, dict, type(None)))}
-
-    resolved = {"script_arguments": plain(script_args), "model_arguments": plain(model_args),
-                "training_arguments": plain(training_args),
-                "resume_from": find_resume_checkpoint(training_args.output_dir, training_args.resume)}
-    return yaml.safe_dump(resolved, sort_keys=False)
+    return resolved_recipe(script_args, training_args, model_args)
 
 
 SHIPPED_FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",

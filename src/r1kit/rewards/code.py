@@ -173,14 +173,16 @@ def check_code_execution(script_args: Any) -> None:
         raise ConfigError(str(e)) from None
 
 
-def _local_options(script_args: Any) -> dict[str, Any]:
-    return {"num_parallel": script_args.parallel_code_exec_per_proc,
-            "isolate": not script_args.allow_unsandboxed_code_execution}
+def local_provider(script_args: Any):
+    """The local sandbox as the recipe configures it (concurrency, and the explicit no-jail opt-in)."""
+    return get_provider("local", num_parallel=script_args.parallel_code_exec_per_proc,
+                        isolate=not script_args.allow_unsandboxed_code_execution)
 
 
 def make_provider(script_args: Any):
+    """The provider `code_provider` names, with its router URL when one is configured."""
     if script_args.code_provider == "local":
-        return get_provider("local", **_local_options(script_args))
+        return local_provider(script_args)
     options: dict[str, Any] = {"num_parallel": script_args.parallel_code_exec_per_proc}
     if script_args.code_provider == "e2b" and script_args.e2b_router_url:
         options["router_url"] = script_args.e2b_router_url

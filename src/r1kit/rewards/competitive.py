@@ -23,6 +23,7 @@ from r1kit.rewards.code import (
     extract_code,
     get_provider,
     known_language,
+    local_provider,
     make_provider,
     positive_number,
     sample_rows,
@@ -243,8 +244,7 @@ def make_ioi_code_reward(script_args: Any, training_args: Any = None) -> Callabl
     "grader_files": [["graders/grader.cpp", ...], ["graders/nile.h", ...]], "time_limit": 2, "memory_limit": 2048}
     """
     if script_args.ioi_provider == "local":
-        provider = get_provider("local", num_parallel=script_args.parallel_code_exec_per_proc,
-                                isolate=not script_args.allow_unsandboxed_code_execution)
+        provider = local_provider(script_args)
     else:
         provider = get_provider(script_args.ioi_provider)
     warnings = RowWarnings("ioi_code")

@@ -79,22 +79,24 @@ def _check_same_language(verification_info: Any) -> None:
         raise ValueError(f"enforce_same_language is set but the batch mixes languages {sorted(languages)}")
 
 
+def _test_case_reward(name: str, completions: list, num_parallel: int, provider_type: str,
+                      enforce_same_language: bool, kwargs: dict) -> list[float | None]:
+    if enforce_same_language:
+        _check_same_language(kwargs.get("verification_info"))
+    reward = _build(name, _code_options(provider_type, num_parallel, **kwargs))
+    return reward(completions, **{k: v for k, v in kwargs.items() if not k.endswith("_router_url")})
+
+
 def code_reward(completions: list, num_parallel: int = 2, provider_type: str = "e2b",
                 enforce_same_language: bool = False, **kwargs) -> list[float | None]:
     """The fraction of the row's test cases (`verification_info`) the completion's last fenced block passes."""
-    if enforce_same_language:
-        _check_same_language(kwargs.get("verification_info"))
-    reward = _build("code", _code_options(provider_type, num_parallel, **kwargs))
-    return reward(completions, **{k: v for k, v in kwargs.items() if not k.endswith("_router_url")})
+    return _test_case_reward("code", completions, num_parallel, provider_type, enforce_same_language, kwargs)
 
 
 def binary_code_reward(completions: list, num_parallel: int = 2, provider_type: str = "e2b",
                        enforce_same_language: bool = False, **kwargs) -> list[float | None]:
     """1.0 when every test case passes, else 0.0."""
-    if enforce_same_language:
-        _check_same_language(kwargs.get("verification_info"))
-    reward = _build("binary_code", _code_options(provider_type, num_parallel, **kwargs))
-    return reward(completions, **{k: v for k, v in kwargs.items() if not k.endswith("_router_url")})
+    return _test_case_reward("binary_code", completions, num_parallel, provider_type, enforce_same_language, kwargs)
 
 
 def ioi_code_reward(completions: list, test_batch_size: int = 1, provider_type: str = "piston",
