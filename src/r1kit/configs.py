@@ -196,6 +196,9 @@ class GRPOScriptArguments(ScriptArguments):
         dataset_mixture (`dict` or `None`, defaults to `None`): `{datasets: [{id, config, split, columns, weight}],
             seed, test_split_size}`; turned into a `DatasetMixtureConfig`.
         dataset_prompt_column (`str`, defaults to `"prompt"`): column holding the user message.
+        dataset_options (`dict` or `None`, defaults to `None`): options of a generated dataset (`dataset_name` of
+            the form `r1kit:<task>`); for `r1kit:addition`: `min_digits`, `max_digits` (each problem's operands have
+            a digit count drawn between them; unset: 10 to 999), `train_size`, `test_size`, `seed`.
         reward_funcs (`list[str]`, defaults to `["accuracy", "format", "tag_count"]`): registry names (see
             `r1kit rewards`) or import paths `package.module:function`.
         cosine_min_value_wrong (`float`, defaults to `-1.0`): cosine reward of a wrong answer at length 0 (the most
@@ -243,6 +246,9 @@ class GRPOScriptArguments(ScriptArguments):
         default=None, metadata={"help": "Mixture {datasets: [{id, config, split, columns, weight}], seed, test_split_size}."}
     )
     dataset_prompt_column: str = field(default="prompt", metadata={"help": "Column holding the user message."})
+    dataset_options: dict[str, Any] | None = field(
+        default=None, metadata={"help": "Options of a generated dataset (r1kit:<task>), e.g. {max_digits: 6}."}
+    )
     reward_funcs: list[str] = field(
         default_factory=lambda: ["accuracy", "format", "tag_count"],
         metadata={"help": "Reward names from `r1kit rewards`, or import paths package.module:function."},
@@ -297,6 +303,10 @@ class GRPOScriptArguments(ScriptArguments):
 
     def __post_init__(self):
         check_data_fields(self)
+        if isinstance(self.dataset_options, str):  # given as JSON/YAML on the command line
+            self.dataset_options = yaml.safe_load(self.dataset_options)
+        if self.dataset_options is not None and not isinstance(self.dataset_options, dict):
+            raise ConfigError(f"dataset_options must be a mapping of option: value, got {self.dataset_options!r}")
         if isinstance(self.reward_funcs, str):
             self.reward_funcs = [name.strip() for name in self.reward_funcs.split(",") if name.strip()]
         for name in ("dataset_name", "dataset_prompt_column", "code_language"):

@@ -44,9 +44,13 @@ def _is_saved_dataset(path: Path) -> bool:
     return (path / "dataset_dict.json").exists() or (path / "dataset_info.json").exists() and (path / "state.json").exists()
 
 
-def load_source(name: str, config: str | None = None, split: str | None = None, field: str = "dataset_name"):
+def load_source(
+    name: str, config: str | None = None, split: str | None = None, field: str = "dataset_name",
+    options: dict | None = None,
+):
     """Loads one source: `r1kit:<task>`, a local file (json/jsonl/csv/parquet), a local folder (data files or a
     `save_to_disk` dataset) or a Hub dataset. Returns a `DatasetDict`, or a `Dataset` when `split` is given.
+    `options` configure a generated source (`dataset_options`); other sources take none.
 
     A source that cannot be read (missing, unreadable, offline) raises a `ConfigError` naming `field`."""
     import datasets
@@ -58,8 +62,10 @@ def load_source(name: str, config: str | None = None, split: str | None = None, 
     if name.startswith(BUILTIN_PREFIX):
         from r1kit.tasks import load_task
 
-        loaded = load_task(name[len(BUILTIN_PREFIX) :])
+        loaded = load_task(name[len(BUILTIN_PREFIX) :], **(options or {}))
         return _select_split(loaded, split, name, field) if split else loaded
+    if options:
+        raise ConfigError(f"dataset_options: {name} is not a generated dataset (r1kit:<task>); remove dataset_options")
     path = Path(os.path.expanduser(name))
     try:
         if path.is_file():
@@ -167,11 +173,14 @@ def get_dataset(script_args: Any):
     from datasets import DatasetDict
 
     if script_args.dataset_mixture is not None:
+        if getattr(script_args, "dataset_options", None):
+            raise ConfigError("dataset_options configure dataset_name's generated task, not a dataset_mixture")
         return load_mixture(script_args.dataset_mixture)
     if script_args.dataset_name is None:
         raise ConfigError("Either `dataset_name` or `dataset_mixture` must be provided")
     logger.info("Loading dataset %s (config=%s)", script_args.dataset_name, script_args.dataset_config)
-    loaded = load_source(script_args.dataset_name, script_args.dataset_config)
+    options = getattr(script_args, "dataset_options", None)  # GRPO recipes have them; SFT and pass-rate ones not yet
+    loaded = load_source(script_args.dataset_name, script_args.dataset_config, options=options)
     dataset = loaded if isinstance(loaded, DatasetDict) else DatasetDict({"train": loaded})
     if any(len(ds) == 0 for ds in dataset.values()):
         raise ConfigError(

@@ -24,17 +24,25 @@ def _split_of(a: int, b: int, test_fraction: float) -> str:
 
 
 def addition_problems(
-    split: str, size: int, seed: int = 0, low: int = 10, high: int = 999, test_fraction: float = 0.1
+    split: str, size: int, seed: int = 0, low: int = 10, high: int = 999, test_fraction: float = 0.1,
+    min_digits: int | None = None, max_digits: int | None = None,
 ) -> list[dict]:
-    """`size` distinct addition problems of `split` ("train" or "test"), reproducible from `seed`."""
+    """`size` distinct addition problems of `split` ("train" or "test"), reproducible from `seed`.
+
+    Operands are drawn from `low`..`high`, or, when `min_digits`/`max_digits` are given, each problem draws a digit
+    count d between them and two d-digit operands (so 1-digit and 6-digit sums are equally common)."""
     if split not in ("train", "test"):
         raise ValueError(f"split must be 'train' or 'test', got {split!r}")
     rng = random.Random(f"{seed}-{split}")
     seen: set[tuple[int, int]] = set()
     rows = []
     limit = 200 * size + 1000
+    by_digits = min_digits is not None or max_digits is not None
     while len(rows) < size and limit:
         limit -= 1
+        if by_digits:
+            digits = rng.randint(min_digits or 1, max_digits or min_digits)
+            low, high = (0 if digits == 1 else 10 ** (digits - 1)), 10**digits - 1
         a, b = rng.randint(low, high), rng.randint(low, high)
         if (a, b) in seen or _split_of(a, b, test_fraction) != split:
             continue
@@ -70,16 +78,40 @@ def sft_rows(split: str, size: int, seed: int = 0) -> list[dict]:
     ]
 
 
-def load_task(name: str, train_size: int = 2000, test_size: int = 200, seed: int = 0):
-    """The built-in task `name` as a `DatasetDict` with `train` and `test` splits."""
+ADDITION_OPTIONS = ("train_size", "test_size", "seed", "min_digits", "max_digits")
+
+
+def check_addition_options(options: dict) -> dict:
+    """`dataset_options` of `r1kit:addition`, checked: known names, positive integers, min_digits <= max_digits."""
+    from r1kit.configs import ConfigError
+
+    unknown = sorted(set(options) - set(ADDITION_OPTIONS))
+    if unknown:
+        raise ConfigError(f"dataset_options: r1kit:addition has no option {', '.join(unknown)}; options: "
+                          f"{', '.join(ADDITION_OPTIONS)}")
+    for key, value in options.items():
+        if isinstance(value, bool) or not isinstance(value, int) or (value < 0 if key == "seed" else value < 1):
+            raise ConfigError(f"dataset_options.{key} must be a {'non-negative' if key == 'seed' else 'positive'} "
+                              f"integer, got {value!r}")
+    if options.get("max_digits", 0) > 9 or options.get("min_digits", 0) > 9:
+        raise ConfigError("dataset_options: r1kit:addition goes up to 9 digits")
+    if options.get("min_digits", 1) > options.get("max_digits", 9):
+        raise ConfigError(f"dataset_options: min_digits {options['min_digits']} > max_digits {options['max_digits']}")
+    return options
+
+
+def load_task(name: str, train_size: int = 2000, test_size: int = 200, seed: int = 0, **options):
+    """The built-in task `name` as a `DatasetDict` with `train` and `test` splits; `options` are its
+    `dataset_options` (for addition: `min_digits`, `max_digits`)."""
     from datasets import Dataset, DatasetDict
 
     if name != "addition":
         raise ValueError(f"unknown built-in task 'r1kit:{name}'; available: {', '.join('r1kit:' + t for t in TASKS)}")
+    check_addition_options({"train_size": train_size, "test_size": test_size, "seed": seed, **options})
     return DatasetDict(
         {
-            "train": Dataset.from_list(addition_problems("train", train_size, seed)),
-            "test": Dataset.from_list(addition_problems("test", test_size, seed)),
+            "train": Dataset.from_list(addition_problems("train", train_size, seed, **options)),
+            "test": Dataset.from_list(addition_problems("test", test_size, seed, **options)),
         }
     )
 
