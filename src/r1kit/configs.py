@@ -425,12 +425,34 @@ def check_grpo_fields(args: Any) -> None:
             ("benchmark_max_new_tokens", ">=", 1),
             ("torch_num_threads", ">=", 1),
             ("num_completions_to_print", ">=", 0),
+            ("dynamic_sampling_max_rounds", ">=", 1),
+            ("curriculum_skip_solved", ">=", 0),
+            ("curriculum_explore", ">=", 0),
+            ("curriculum_explore", "<=", 1),
+            ("curriculum_history", ">=", 1),
         ],
     )
+    check_curriculum_window(args)
     if args.max_steps == 0 or args.max_steps < -1:
         raise ConfigError(f"max_steps must be a positive number of steps (or -1 to train num_train_epochs), got {args.max_steps}")
     if args.max_steps == -1 and not args.num_train_epochs > 0:
         raise ConfigError(f"num_train_epochs must be > 0 when max_steps is -1, got {args.num_train_epochs}")
+
+
+def check_curriculum_window(args: Any) -> None:
+    """`curriculum_pass_rate_window` is `[low, high]` with 0 <= low <= high <= 1 (also given as "low,high")."""
+    window = args.curriculum_pass_rate_window
+    if window is None:
+        return
+    if isinstance(window, str):
+        window = [part for part in window.replace("[", "").replace("]", "").split(",") if part.strip()]
+    try:
+        low, high = (float(x) for x in window)
+    except (TypeError, ValueError):
+        raise ConfigError(f"curriculum_pass_rate_window must be [low, high], got {args.curriculum_pass_rate_window!r}") from None
+    if not 0 <= low <= high <= 1:
+        raise ConfigError(f"curriculum_pass_rate_window must satisfy 0 <= low <= high <= 1, got [{low}, {high}]")
+    args.curriculum_pass_rate_window = [low, high]
 
 
 def check_chat_template(template: Any, field: str = "chat_template") -> None:
@@ -520,12 +542,44 @@ class GRPOConfig(trl.GRPOConfig):
             `OUTPUT_DIR/completions.jsonl`.
         bf16 (`bool` or `None`, defaults to `None`): `None` means bf16 where a GPU supports it, fp32 otherwise;
             `true` on a machine without a GPU becomes fp32 with a warning.
+        dynamic_sampling (`bool`, defaults to `False`): drop prompt groups whose rewards are all equal (no
+            advantage, no gradient) and generate for more prompts until the step's batch holds only groups with
+            signal (DAPO's dynamic sampling); see `r1kit.sampling`.
+        dynamic_sampling_max_rounds (`int`, defaults to `4`): generation rounds per generation batch, the first
+            included; when they run out the batch trains on the groups with signal it has, the empty places masked
+            out of the loss.
+        curriculum_reward (`str`, defaults to `"accuracy"`): reward whose group mean is a prompt's pass rate, for the
+            curriculum (a name in `reward_funcs`).
+        curriculum_skip_solved (`int`, defaults to `0`): skip a prompt whose every completion was right in each of
+            its last k appearances (0: never skip).
+        curriculum_pass_rate_window (`list[float]` or `None`, defaults to `None`): `[low, high]`: prefer prompts
+            whose estimated pass rate lies in it; a prompt never seen is always taken.
+        curriculum_explore (`float`, defaults to `0.1`): probability that a prompt the curriculum would skip is
+            taken anyway, so that its estimate stays current.
+        curriculum_history (`int`, defaults to `4`): appearances per prompt the pass-rate estimate averages.
     """
 
     benchmarks: list[str] = field(default_factory=list, metadata={"help": "Benchmarks evaluated on each checkpoint."})
     callbacks: list[str] = field(default_factory=list, metadata={"help": "Callbacks to run during training."})
     chat_template: str | None = field(default=None, metadata={"help": "Chat template overriding the tokenizer's."})
     system_prompt: str | None = field(default=None, metadata={"help": "System prompt prepended to every prompt."})
+    dynamic_sampling: bool = field(
+        default=False, metadata={"help": "Drop groups whose rewards are all equal and generate more to fill the batch."}
+    )
+    dynamic_sampling_max_rounds: int = field(
+        default=4, metadata={"help": "Generation rounds per generation batch with dynamic_sampling (first included)."}
+    )
+    curriculum_reward: str = field(default="accuracy", metadata={"help": "Reward whose group mean is the pass rate."})
+    curriculum_skip_solved: int = field(
+        default=0, metadata={"help": "Skip prompts solved by every completion in their last k appearances (0: off)."}
+    )
+    curriculum_pass_rate_window: list[float] | None = field(
+        default=None, metadata={"help": "[low, high]: prefer prompts whose estimated pass rate lies in it."}
+    )
+    curriculum_explore: float = field(
+        default=0.1, metadata={"help": "Probability of taking a prompt the curriculum would skip."}
+    )
+    curriculum_history: int = field(default=4, metadata={"help": "Appearances the pass-rate estimate averages."})
     hub_model_revision: str | None = field(default="main", metadata={"help": "Base branch of checkpoint pushes."})
     push_to_hub_revision: bool = field(default=False, metadata={"help": "Push each checkpoint to its own branch."})
     overwrite_hub_revision: bool = field(default=False, metadata={"help": "Allow overwriting an existing revision."})
