@@ -46,16 +46,27 @@ class HeldOutAccuracyCallback(TrainerCallback):
         self.stop_at = stop_at  # stop training once held-out accuracy reaches this (the demo's cold start)
         self.timeout = timeout  # seconds to verify one answer: the recipe's reward_timeout, as in training
         self.history: list[dict] = []
+        self._train_start: float | None = None  # when training began, for the training time of each evaluation
+        self._eval_seconds = 0.0  # time spent evaluating, which is not training time
+
+    def training_seconds(self) -> float:
+        """Seconds of training so far in this process, evaluations excluded (what equal-time comparisons use)."""
+        if self._train_start is None:
+            return 0.0
+        return time.monotonic() - self._train_start - self._eval_seconds
 
     def evaluate(self, model, step: int) -> float:
         from r1kit.evaluation import greedy_accuracy
 
         start = time.monotonic()
+        trained = self.training_seconds()
         accuracy, _ = greedy_accuracy(
             model, self.tokenizer, self.problems, self.golds, self.system_prompt, self.max_new_tokens,
             timeout=self.timeout,
         )
-        record = {"step": step, "accuracy": accuracy, "seconds": round(time.monotonic() - start, 2), "n": len(self.problems)}
+        self._eval_seconds += time.monotonic() - start
+        record = {"step": step, "accuracy": accuracy, "seconds": round(time.monotonic() - start, 2), "n": len(self.problems),
+                  "train_seconds": round(trained, 2)}
         self.history.append(record)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self.path.open("a") as f:
@@ -67,6 +78,7 @@ class HeldOutAccuracyCallback(TrainerCallback):
         return self.is_main_process and not any(r["step"] == step for r in self.history)
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
+        self._train_start, self._eval_seconds = time.monotonic(), 0.0
         if self._due(state.global_step):
             self.evaluate(model, state.global_step)
 
