@@ -17,3 +17,22 @@ def slow_length_variety(completions, **kwargs):
 async def async_length_variety(completions, **kwargs):
     """`length_variety` as an `async def` reward, which TRL runs concurrently after the plain ones."""
     return [-r for r in length_variety(completions)]
+
+
+def flat_or_length(completions, flat, **kwargs):
+    """`length_variety`, except that rows marked `flat` all get 1.0: their groups carry no signal (dynamic sampling
+    must drop them) and count as solved (the curriculum must skip them)."""
+    return [1.0 if is_flat else min(score, 0.99) for is_flat, score in zip(flat, length_variety(completions))]
+
+
+def flat_or_length_logged(prompts, completions, flat, **kwargs):
+    """`flat_or_length`, appending each call's prompts to $R1KIT_TEST_LOG/rank<RANK>.jsonl (one line per call), so
+    that a multi-process test can compare what each rank generated for."""
+    import json
+    import os
+    from pathlib import Path
+
+    path = Path(os.environ["R1KIT_TEST_LOG"]) / f"rank{os.environ.get('RANK', '0')}.jsonl"
+    with path.open("a") as f:
+        f.write(json.dumps([p[-1]["content"] if isinstance(p, list) else p for p in prompts]) + "\n")
+    return flat_or_length(completions, flat)

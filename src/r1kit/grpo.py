@@ -80,13 +80,15 @@ def attach_callbacks(trainer) -> None:
 
 
 def build_trainer(script_args: GRPOScriptArguments, training_args: GRPOConfig, model_args: Any, dataset, raw_dataset=None):
-    """Tokenizer, model, rewards, callbacks and `GRPOTrainer`, as Open-R1 builds them."""
-    from trl import GRPOTrainer, get_peft_config
+    """Tokenizer, model, rewards, callbacks and the trainer (TRL's `GRPOTrainer` with r1kit's sampling, see
+    `r1kit.sampling`), as Open-R1 builds them."""
+    from trl import get_peft_config
 
     from r1kit.callbacks import get_callbacks
     from r1kit.modeling import get_model, get_tokenizer
     from r1kit.outputs import CompletionsRecorder
     from r1kit.rewards import get_reward_funcs
+    from r1kit.sampling import SamplingGRPOTrainer, curriculum_reward_index
 
     tokenizer = get_tokenizer(model_args, training_args)
     if script_args.format_think_prefilled is None:
@@ -103,7 +105,7 @@ def build_trainer(script_args: GRPOScriptArguments, training_args: GRPOConfig, m
                 f"'{script_args.dataset_test_split}'; splits: {', '.join(dataset)}"
             )
         eval_dataset = dataset[script_args.dataset_test_split]
-    trainer = GRPOTrainer(
+    trainer = SamplingGRPOTrainer(  # TRL's GRPOTrainer, plus dynamic sampling and the curriculum when turned on
         model=model,
         reward_funcs=reward_funcs,
         args=training_args,
@@ -112,6 +114,7 @@ def build_trainer(script_args: GRPOScriptArguments, training_args: GRPOConfig, m
         peft_config=get_peft_config(model_args),
         callbacks=callbacks,
         processing_class=tokenizer,
+        curriculum_reward_index=curriculum_reward_index(script_args.reward_funcs, training_args),
     )
     attach_callbacks(trainer)
     recorder = CompletionsRecorder(training_args.output_dir, enabled=training_args.log_completions_file and is_main)

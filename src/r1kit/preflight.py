@@ -174,6 +174,7 @@ def validate_args(script_args: Any, training_args: Any, model_args: Any) -> None
     if unknown:
         raise ConfigError(f"unknown callback(s) {unknown}; valid names: {', '.join(CALLBACKS)}")
     check_callback_fields(training_args)
+    check_sampling(script_args, training_args)
     if model_args.model_name_or_path is None:
         raise ConfigError("model_name_or_path is required: a Hub id, a local folder or r1kit:tiny-random")
     if training_args.resume not in ("auto", "never") and not Path(training_args.resume).is_dir():
@@ -181,6 +182,26 @@ def validate_args(script_args: Any, training_args: Any, model_args: Any) -> None
     from r1kit.rewards.code import check_code_execution
 
     check_code_execution(script_args)  # a local code sandbox needs a jail on this machine
+
+
+def check_sampling(script_args: Any, training_args: Any) -> None:
+    """Dynamic sampling and the curriculum work on whole prompt groups per process, and the curriculum measures pass
+    rates with one of the run's rewards."""
+    from r1kit.sampling import CurriculumRules, curriculum_reward_index
+
+    curriculum = CurriculumRules.from_args(training_args).active
+    if not (getattr(training_args, "dynamic_sampling", False) or curriculum):
+        return
+    curriculum_reward_index(script_args.reward_funcs, training_args)
+    steps = training_args.steps_per_generation or training_args.gradient_accumulation_steps
+    local = training_args.per_device_train_batch_size * steps
+    if local % training_args.num_generations:
+        what = "dynamic_sampling" if getattr(training_args, "dynamic_sampling", False) else "the curriculum"
+        raise ConfigError(
+            f"{what} needs whole prompt groups on each process: per_device_train_batch_size "
+            f"{training_args.per_device_train_batch_size} x steps_per_generation {steps} = {local} is not a multiple "
+            f"of num_generations {training_args.num_generations}"
+        )
 
 
 def check_callback_fields(training_args: Any) -> None:
