@@ -191,3 +191,24 @@ def test_wandb_settings_are_exported_only_when_reporting_to_wandb(tmp_path, monk
     _, training, _ = parse(tmp_path, report_to=["wandb"], wandb_entity="team", wandb_project="p", wandb_run_group="g")
     export_wandb_env(training)
     assert (os.environ["WANDB_ENTITY"], os.environ["WANDB_PROJECT"], os.environ["WANDB_RUN_GROUP"]) == ("team", "p", "g")
+
+
+def test_mapping_fields_parse_from_the_command_line_and_generated_tasks_take_their_options(tmp_path):
+    from r1kit.data import get_dataset
+
+    script_args, _, _ = parse(tmp_path, "--dataset_name", "r1kit:addition", "--dataset_options",
+                              "{min_digits: 1, max_digits: 2, train_size: 50}")
+    assert script_args.dataset_options == {"min_digits": 1, "max_digits": 2, "train_size": 50}
+    train = get_dataset(script_args)["train"]
+    assert len(train) == 50 and max(max(row["a"], row["b"]) for row in train) <= 99
+    assert {len(str(row["a"])) for row in train} == {1, 2}
+    with pytest.raises(ConfigError, match="dataset_options: expected a mapping"):
+        parse(tmp_path, "--dataset_options", "max_digits")
+    bad, _, _ = parse(tmp_path, dataset_name="r1kit:addition", dataset_options={"max_digit": 3})
+    with pytest.raises(ConfigError, match="has no option max_digit; options: .*max_digits"):
+        get_dataset(bad)
+    local = tmp_path / "rows.jsonl"
+    local.write_text('{"prompt": "1+1=", "solution": "2"}\n')
+    other, _, _ = parse(tmp_path, dataset_name=str(local), dataset_options={"max_digits": 3})
+    with pytest.raises(ConfigError, match="not a generated dataset"):
+        get_dataset(other)

@@ -11,6 +11,7 @@ unset; `defaults: open-r1` applies Open-R1's values to all of them, `defaults: t
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 import difflib
 import logging
 import os
@@ -722,8 +723,28 @@ class _StrictParser(TrlParser):
         raise ConfigError(message.replace("invalid string_to_bool value", "invalid true/false value"))
 
 
+def _mapping_from_text(text: str) -> dict:
+    """A `dict` field given on the command line, as JSON or YAML flow text: `--dataset_options '{max_digits: 6}'`."""
+    import argparse
+
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError:
+        value = None
+    if value is not None and not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"expected a mapping such as '{{key: value}}', got {text!r}")
+    return value
+
+
 def _make_parser(dataclass_types: tuple | None = None) -> TrlParser:
-    return _StrictParser(dataclass_types or (GRPOScriptArguments, GRPOConfig, ModelConfig))
+    dataclass_types = dataclass_types or (GRPOScriptArguments, GRPOConfig, ModelConfig)
+    parser = _StrictParser(dataclass_types)
+    mappings = {f.name for kind in dataclass_types for f in dataclasses.fields(kind)
+                if str(f.type).startswith("dict") and "| str" not in str(f.type)}  # `dict | str` fields parse as text
+    for action in parser._actions:
+        if action.dest in mappings:  # argparse would call dict("{...}") on the text and fail
+            action.type = _mapping_from_text
+    return parser
 
 
 def _known_keys(parser: TrlParser) -> set[str]:
