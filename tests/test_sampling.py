@@ -164,6 +164,12 @@ def test_dropped_groups_never_reach_the_loss(tmp_path, tiny_model_dir, flat_json
     assert sum(e["sampling/zero_std_groups_dropped"] for e in entries) >= 3  # half the prompts are flat
     assert all(e["sampling/generation_rounds"] >= 1 for e in entries)
     assert all(e["frac_reward_zero_std"] == 0 for e in entries)  # what was trained on, not what was generated
+    from r1kit.report import dropped_share, report
+
+    png, text = report(out)  # r1kit report draws the dropped share and tabulates the sampling figures
+    assert png.stat().st_size > 0 and "zero_std_groups_dropped" in text and "generation_rounds" in text
+    steps, shares = dropped_share(logs(out))
+    assert steps == [1, 2, 3] and all(0 <= share <= 1 for share in shares) and max(shares) > 0
 
 
 def test_when_the_budget_runs_out_the_empty_places_are_masked_and_the_log_says_so(tmp_path, tiny_model_dir,

@@ -45,6 +45,13 @@ def series(history: list[dict], key: str) -> tuple[list[int], list[float]]:
     return [p[0] for p in points], [p[1] for p in points]
 
 
+def dropped_share(history: list[dict]) -> tuple[list[int], list[float]]:
+    """Per step, the zero-std groups dynamic sampling dropped as a share of the groups it generated."""
+    points = [(e["step"], e["sampling/zero_std_groups_dropped"] / e["sampling/groups_generated"]) for e in history
+              if e.get("sampling/groups_generated") and isinstance(e.get("sampling/zero_std_groups_dropped"), (int, float))]
+    return [p[0] for p in points], [p[1] for p in points]
+
+
 def reward_keys(history: list[dict]) -> list[str]:
     return sorted({k for e in history for k in e if k.startswith("rewards/") and k.endswith("/mean")})
 
@@ -82,9 +89,9 @@ def draw(output_dir: Path, history: list[dict], heldout: list[dict], benchmarks:
     ax.set_title("KL to the reference" if key == "kl" else "Loss (no KL logged: beta = 0)")
     ax = axes[2][0]  # groups whose completions all scored the same: no advantage, no gradient
     ax.plot(*series(history, "frac_reward_zero_std"), color="tab:orange", label="groups with zero reward std")
-    dropped = series(history, "sampling/zero_std_groups_dropped")
+    dropped = dropped_share(history)
     if dropped[0]:
-        ax.plot(*dropped, color="tab:brown", linestyle="--", label="zero-std groups dropped")
+        ax.plot(*dropped, color="tab:brown", linestyle="--", label="share of generated groups dropped")
     ax.set_ylim(bottom=0)
     ax.set_title("Groups without signal (fraction)")
     ax.legend(fontsize=8)
@@ -103,7 +110,8 @@ def draw(output_dir: Path, history: list[dict], heldout: list[dict], benchmarks:
 
 
 def table(history: list[dict], heldout: list[dict], rows: int = 10) -> str:
-    keys = ["reward", *reward_keys(history), "completions/mean_length", "frac_reward_zero_std", "kl"]
+    keys = ["reward", *reward_keys(history), "completions/mean_length", "frac_reward_zero_std",
+            "sampling/zero_std_groups_dropped", "sampling/generation_rounds", "kl"]  # sampling: dynamic sampling runs
     keys = [k for k in keys if series(history, k)[0]]
     accuracy = {r["step"]: r["accuracy"] for r in heldout}
     picked = history[:: max(1, math.ceil(len(history) / rows))]
