@@ -164,6 +164,8 @@ def test_dropped_groups_never_reach_the_loss(tmp_path, tiny_model_dir, flat_json
     assert sum(e["sampling/zero_std_groups_dropped"] for e in entries) >= 3  # half the prompts are flat
     assert all(e["sampling/generation_rounds"] >= 1 for e in entries)
     assert all(e["frac_reward_zero_std"] == 0 for e in entries)  # what was trained on, not what was generated
+    rows = [json.loads(line) for line in (out / "completions.jsonl").read_text().splitlines()]
+    assert {row["round"] for row in rows} >= {1, 2}  # every scored completion, dropped ones too, with its round
     from r1kit.report import dropped_share, report
 
     png, text = report(out)  # r1kit report draws the dropped share and tabulates the sampling figures

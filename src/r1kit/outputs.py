@@ -107,7 +107,27 @@ def startup_summary(script_args, training_args, model_args, trainer, dataset, ch
         f"  output   {args.output_dir}",
         f"  resume   {resume}",
     ]
+    sampling = sampling_line(args)
+    if sampling:
+        lines.insert(-2, sampling)
     return "\n".join(lines)
+
+
+def sampling_line(args) -> str | None:
+    """The start-up line for dynamic sampling and the curriculum, when either is on."""
+    from r1kit.sampling import CurriculumRules
+
+    parts = []
+    if getattr(args, "dynamic_sampling", False):
+        parts.append(f"dynamic sampling (groups without signal dropped, up to {args.dynamic_sampling_max_rounds} "
+                     "generation rounds)")
+    rules = CurriculumRules.from_args(args)
+    if rules.active:
+        skips = [f"solved in the last {rules.skip_solved}" if rules.skip_solved else "",
+                 f"pass rate outside [{rules.window[0]:g}, {rules.window[1]:g}]" if rules.window else ""]
+        parts.append(f"curriculum by {args.curriculum_reward} (skips prompts {' or '.join(s for s in skips if s)}; "
+                     f"explore {rules.explore:g})")
+    return "  sampling " + "; ".join(parts) if parts else None
 
 
 def write_summary(trainer, metrics: dict, training_args: Any) -> dict | None:
@@ -195,14 +215,16 @@ class CompletionsRecorder:
             training = trainer.model.training
             step = trainer.state.global_step + 1 if training else trainer.state.global_step
             self.write(step, "train" if training else "eval", prompts, completions, list(trainer.reward_func_names),
-                       rewards[rank * n : (rank + 1) * n].tolist())
+                       rewards[rank * n : (rank + 1) * n].tolist(),
+                       getattr(trainer, "generation_round", None) if training else None)
             return rewards
 
         trainer._calculate_rewards = calculate_and_record
 
     def write(self, step: int, mode: str, prompts: list, completions: list, names: list[str],
-              scores: list[list[float]]) -> None:
-        """Appends one row per completion; a reward's `None` (NaN in TRL's tensor) stays `null`."""
+              scores: list[list[float]], generation_round: int | None = None) -> None:
+        """Appends one row per completion; a reward's `None` (NaN in TRL's tensor) stays `null`. With dynamic
+        sampling, rows carry their generation `round` (a step may score several rounds, dropped groups included)."""
         from r1kit.rewards.text import completion_text
 
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -215,4 +237,6 @@ class CompletionsRecorder:
                     "completion": completion_text(completion),
                     "rewards": {name: None if math.isnan(v) else v for name, v in zip(names, row_scores)},
                 }
+                if generation_round is not None:
+                    row["round"] = generation_round
                 f.write(json.dumps(row) + "\n")

@@ -241,6 +241,7 @@ class SamplingGRPOTrainer(GRPOTrainer):
         self.picker = None
         self._round_rewards: torch.Tensor | None = None  # the last gathered rewards_per_func
         self._columns: set[str] | None = None
+        self.generation_round: int | None = None  # with dynamic sampling, the round being scored (completions.jsonl)
         if self.dynamic_sampling or rules.active:
             if not hasattr(self.train_dataset, "__getitem__") or not hasattr(self.train_dataset, "__len__"):
                 raise ConfigError("dynamic sampling and the curriculum need a map-style training set (not streaming)")
@@ -303,6 +304,7 @@ class SamplingGRPOTrainer(GRPOTrainer):
         generated = rounds = 0
         while True:
             rounds += 1
+            self.generation_round = rounds
             output = super()._generate_and_score_completions(self._rows(groups))
             signal = self._group_signal()
             self._record_round(groups)
