@@ -243,7 +243,7 @@ def test_function_names_match_open_r1(name, function_name):
 
 
 def test_registry_lists_open_r1_names_and_columns():
-    assert set(NAMES) | {"code", "binary_code", "ioi_code", "cf_code"} == set(REWARD_FUNCS_REGISTRY)
+    assert set(NAMES) | {"code", "binary_code", "ioi_code", "cf_code", "reasoning_gym"} == set(REWARD_FUNCS_REGISTRY)
     assert required_columns(["accuracy", "format", "code"]) == {
         "accuracy": ("solution",),
         "format": (),

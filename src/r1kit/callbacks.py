@@ -35,7 +35,7 @@ class HeldOutAccuracyCallback(TrainerCallback):
 
     def __init__(self, tokenizer, problems: list[str], golds: list[Any], output_dir: str, every_steps: int = 0,
                  system_prompt: str | None = None, max_new_tokens: int = 64, is_main_process: bool = True,
-                 stop_at: float | None = None, timeout: float = DEFAULT_TIMEOUT):
+                 stop_at: float | None = None, timeout: float = DEFAULT_TIMEOUT, grade: Callable | None = None):
         self.tokenizer = tokenizer
         self.problems, self.golds = problems, golds
         self.path = Path(output_dir) / "heldout_accuracy.jsonl"
@@ -45,6 +45,7 @@ class HeldOutAccuracyCallback(TrainerCallback):
         self.is_main_process = is_main_process
         self.stop_at = stop_at  # stop training once held-out accuracy reaches this (the demo's cold start)
         self.timeout = timeout  # seconds to verify one answer: the recipe's reward_timeout, as in training
+        self.grade = grade  # None: math-verify against `golds`; else grade(completions, golds, timeout)
         self.history: list[dict] = []
         self._train_start: float | None = None  # when training began, for the training time of each evaluation
         self._eval_seconds = 0.0  # time spent evaluating, which is not training time
@@ -56,13 +57,13 @@ class HeldOutAccuracyCallback(TrainerCallback):
         return time.monotonic() - self._train_start - self._eval_seconds
 
     def evaluate(self, model, step: int) -> float:
-        from r1kit.evaluation import greedy_accuracy
+        from r1kit.evaluation import greedy_accuracy, score_answers
 
         start = time.monotonic()
         trained = self.training_seconds()
         accuracy, _ = greedy_accuracy(
             model, self.tokenizer, self.problems, self.golds, self.system_prompt, self.max_new_tokens,
-            timeout=self.timeout,
+            timeout=self.timeout, grade=self.grade or score_answers,
         )
         self._eval_seconds += time.monotonic() - start
         record = {"step": step, "accuracy": accuracy, "seconds": round(time.monotonic() - start, 2), "n": len(self.problems),
@@ -115,18 +116,25 @@ def _heldout_accuracy(script_args, training_args, dataset, tokenizer, is_main_pr
     if split not in dataset:
         raise ConfigError(f"callback heldout_accuracy needs a '{split}' split (dataset_test_split); splits: {list(dataset)}")
     test = dataset[split].select(range(min(training_args.heldout_size, len(dataset[split]))))
-    if "solution" not in test.column_names:
+    # reasoning-gym rows are graded by their generator's scorer (as the reward does), other rows by math-verify.
+    gold_column, grade = ("solution", None)
+    if "reasoning_gym" in test.column_names:
+        from r1kit.evaluation import score_gym_answers
+
+        gold_column, grade = "reasoning_gym", score_gym_answers
+    if gold_column not in test.column_names:
         raise ConfigError(f"callback heldout_accuracy needs a 'solution' column; columns: {test.column_names}")
     return HeldOutAccuracyCallback(
         tokenizer,
         [str(p) for p in test[script_args.dataset_prompt_column]],
-        list(test["solution"]),
+        list(test[gold_column]),
         training_args.output_dir,
         training_args.heldout_eval_steps,
         training_args.system_prompt,
         training_args.max_completion_length,
         is_main_process,
         timeout=script_args.reward_timeout,
+        grade=grade,
     )
 
 

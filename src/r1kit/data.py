@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from r1kit.configs import ConfigError, DatasetMixtureConfig
+from r1kit.reasoning_gym import is_gym_source, load_gym_source
 from r1kit.tasks import BUILTIN_PREFIX
 
 logger = logging.getLogger(__name__)
@@ -48,8 +49,8 @@ def load_source(
     name: str, config: str | None = None, split: str | None = None, field: str = "dataset_name",
     options: dict | None = None,
 ):
-    """Loads one source: `r1kit:<task>`, a local file (json/jsonl/csv/parquet), a local folder (data files or a
-    `save_to_disk` dataset) or a Hub dataset. Returns a `DatasetDict`, or a `Dataset` when `split` is given.
+    """Loads one source: `r1kit:<task>`, `reasoning-gym:<generator>`, a local file (json/jsonl/csv/parquet), a local
+    folder (data files or a `save_to_disk` dataset) or a Hub dataset. Returns a `DatasetDict`, or a `Dataset` when `split` is given.
     `options` configure a generated source (`dataset_options`); other sources take none.
 
     A source that cannot be read (missing, unreadable, offline) raises a `ConfigError` naming `field`."""
@@ -58,6 +59,9 @@ def load_source(
 
     from r1kit.preflight import check_dataset_source
 
+    if is_gym_source(name):
+        loaded = load_gym_source(name, options)
+        return _select_split(loaded, split, name, field) if split else loaded
     check_dataset_source(name, field, hub=False)  # the Hub itself answers below
     if name.startswith(BUILTIN_PREFIX):
         from r1kit.tasks import load_task
@@ -65,7 +69,8 @@ def load_source(
         loaded = load_task(name[len(BUILTIN_PREFIX) :], **(options or {}))
         return _select_split(loaded, split, name, field) if split else loaded
     if options:
-        raise ConfigError(f"dataset_options: {name} is not a generated dataset (r1kit:<task>); remove dataset_options")
+        raise ConfigError(f"dataset_options: {name} is not a generated dataset (r1kit:<task> or "
+                          "reasoning-gym:<generator>); remove dataset_options")
     path = Path(os.path.expanduser(name))
     try:
         if path.is_file():

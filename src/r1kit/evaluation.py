@@ -18,6 +18,7 @@ import re
 import secrets
 import sys
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -70,11 +71,23 @@ def score_answers(completions: list[str], golds: list[Any], timeout: float = DEF
     return [None if o == UNPARSEABLE_GOLD else float(o == CORRECT) for o in judge_batch(golds, completions, timeout)]
 
 
+def score_gym_answers(completions: list[str], records: list[Any], timeout: float = DEFAULT_TIMEOUT) -> list[float | None]:
+    """1.0 / 0.0 per completion (None for a row that cannot be judged) by the rows' reasoning-gym scorers, exactly as
+    the `reasoning_gym` reward reads answers; only a full score counts as correct (partial credit is a reward, not an
+    accuracy)."""
+    from r1kit.rewards.reasoning_gym import score_completions
+
+    return [None if s is None else float(s >= 1.0) for s in score_completions(completions, records, timeout)]
+
+
 def greedy_accuracy(model, tokenizer, problems: list[str], golds: list[Any], system_prompt: str | None = None,
-                    max_new_tokens: int = 64, batch_size: int = 64, timeout: float = DEFAULT_TIMEOUT) -> tuple[float, list[dict]]:
-    """Held-out accuracy (mean over judgeable samples) and the per-sample details."""
+                    max_new_tokens: int = 64, batch_size: int = 64, timeout: float = DEFAULT_TIMEOUT,
+                    grade: Callable[..., list[float | None]] = score_answers) -> tuple[float, list[dict]]:
+    """Held-out accuracy (mean over judgeable samples) and the per-sample details. `grade(completions, golds,
+    timeout)` scores the answers (default: math-verify, as `accuracy`; `score_gym_answers` for reasoning-gym rows,
+    whose golds are their `reasoning_gym` records)."""
     completions = generate(model, tokenizer, chat_prompts(tokenizer, problems, system_prompt), max_new_tokens, batch_size)
-    scores = score_answers(completions, golds, timeout)
+    scores = grade(completions, golds, timeout)
     judged = [s for s in scores if s is not None]
     details = [{"problem": p, "gold": g, "completion": c, "score": s} for p, g, c, s in zip(problems, golds, completions, scores)]
     return (sum(judged) / len(judged) if judged else 0.0), details

@@ -62,6 +62,12 @@ REWARD_FUNCS_REGISTRY: dict[str, RewardSpec] = {
         _spec("binary_code", "code:make_binary_code_reward", ("verification_info",), "1.0 iff all test cases pass"),
         _spec("ioi_code", "competitive:make_ioi_code_reward", ("id", "subtask", "test_names"), "IOI subtask score"),
         _spec("cf_code", "competitive:make_cf_code_reward", ("official_tests",), "Codeforces score with checkers"),
+        _spec(
+            "reasoning_gym",
+            "reasoning_gym:make_reasoning_gym_reward",
+            ("reasoning_gym",),
+            "reasoning-gym's own score_answer (needs r1kit[reasoning-gym])",
+        ),
     ]
 }
 
@@ -96,8 +102,9 @@ def required_columns(names: list[str]) -> dict[str, tuple[str, ...]]:
 
 def __getattr__(name: str) -> Any:
     """Open-R1's reward API (`accuracy_reward`, `get_cosine_scaled_reward`, ...), imported on first use."""
-    from r1kit.rewards import open_r1
-
+    # import_module, not `from r1kit.rewards import open_r1`: that form asks this very hook for `open_r1` first and
+    # would recurse without end while the submodule is not yet imported.
+    open_r1 = importlib.import_module("r1kit.rewards.open_r1")
     if name in open_r1.OPEN_R1_NAMES:
         return getattr(open_r1, name)
     raise AttributeError(f"module 'r1kit.rewards' has no attribute {name!r}")

@@ -1,0 +1,203 @@
+"""reasoning-gym as a data source (`reasoning-gym:<generator>`) and a reward (`reasoning_gym`), and the held-out
+accuracy that grades with the generator's scorer. Skipped where the extra is not installed, except the behaviour
+without it: a clear message, and r1kit importing fine."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+from r1kit.configs import ConfigError
+from r1kit.data import check_reward_columns, load_source
+
+CHAIN_SUM = {"min_terms": 2, "max_terms": 3, "min_digits": 1, "max_digits": 2, "train_size": 120, "test_size": 30}
+
+
+@pytest.fixture(scope="module")
+def chain_sum():
+    pytest.importorskip("reasoning_gym")
+    return load_source("reasoning-gym:chain_sum", options=CHAIN_SUM)
+
+
+def record(answer: str, generator: str = "chain_sum", **entry) -> str:
+    return json.dumps({"generator": generator, "options": {}, "entry": {"question": "q", "answer": answer, **entry}})
+
+
+def reward():
+    from r1kit.configs import GRPOScriptArguments
+    from r1kit.rewards import get_reward_funcs
+
+    return get_reward_funcs(GRPOScriptArguments(dataset_name="reasoning-gym:chain_sum", reward_funcs=["reasoning_gym"], reward_timeout=1.0))[0]
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Without the extra
+# --------------------------------------------------------------------------------------------------------------------
+def test_r1kit_imports_and_lists_rewards_without_reasoning_gym():
+    code = ("import sys; sys.modules['reasoning_gym'] = None; import r1kit, r1kit.data, r1kit.callbacks, "
+            "r1kit.evaluation, r1kit.rewards.reasoning_gym; from r1kit.rewards import REWARD_FUNCS_REGISTRY; "
+            "assert 'reasoning_gym' in REWARD_FUNCS_REGISTRY")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_missing_extra_names_the_install_command(monkeypatch):
+    monkeypatch.setitem(sys.modules, "reasoning_gym", None)  # import reasoning_gym now raises ImportError
+    with pytest.raises(ConfigError, match=r"dataset_name: reasoning-gym is not installed; pip install 'r1kit\[reasoning-gym\]'"):
+        load_source("reasoning-gym:chain_sum")
+
+
+def test_reward_skips_rows_when_reasoning_gym_is_missing(monkeypatch):
+    from r1kit.rewards import reasoning_gym as gym_reward
+
+    monkeypatch.setitem(sys.modules, "reasoning_gym", None)
+    gym_reward._scorer.cache_clear()
+    assert gym_reward.score_completions(["3"], [record("3")]) == [None]
+    gym_reward._scorer.cache_clear()
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The data source
+# --------------------------------------------------------------------------------------------------------------------
+def test_generator_rows_have_prompt_answer_solution_and_scorer_record(chain_sum):
+    assert set(chain_sum) == {"train", "test"}
+    assert (len(chain_sum["train"]), len(chain_sum["test"])) == (120, 30)
+    row = chain_sum["train"][0]
+    assert set(row) == {"prompt", "answer", "solution", "reasoning_gym"}
+    assert row["solution"] == row["answer"]
+    entry = json.loads(row["reasoning_gym"])["entry"]
+    assert entry["question"] == row["prompt"] and entry["answer"] == row["answer"]
+    check_reward_columns(["reasoning_gym", "accuracy"], chain_sum["train"].column_names)
+
+
+def test_train_and_test_never_share_a_question_whatever_the_seeds(chain_sum):
+    other_seed = load_source("reasoning-gym:chain_sum", options={**CHAIN_SUM, "seed": 7})
+    assert not set(chain_sum["test"]["prompt"]) & set(chain_sum["train"]["prompt"])
+    assert not set(chain_sum["test"]["prompt"]) & set(other_seed["train"]["prompt"])
+    assert len(set(chain_sum["train"]["prompt"])) == 120  # distinct questions
+    assert chain_sum["train"]["prompt"] != other_seed["train"]["prompt"]
+
+
+def test_same_options_give_the_same_rows(chain_sum):
+    again = load_source("reasoning-gym:chain_sum", options=CHAIN_SUM, split="test")
+    assert again["prompt"] == chain_sum["test"]["prompt"]
+
+
+def test_generator_options_reach_the_generator(chain_sum):
+    metadata = [json.loads(r)["entry"]["metadata"] for r in chain_sum["train"]["reasoning_gym"]]
+    assert {m["num_terms"] for m in metadata} <= {2, 3}
+    assert {m["num_digits"] for m in metadata} <= {1, 2}
+
+
+def test_text_answers_get_no_solution_column():
+    pytest.importorskip("reasoning_gym")
+    ds = load_source("reasoning-gym:spell_backward", options={"train_size": 20, "test_size": 5})
+    assert "solution" not in ds["train"].column_names
+    check_reward_columns(["reasoning_gym"], ds["train"].column_names)
+
+
+def test_small_problem_space_keeps_distinct_questions_and_warns(caplog):
+    pytest.importorskip("reasoning_gym")
+    ds = load_source("reasoning-gym:chain_sum", options={"min_terms": 2, "max_terms": 2, "min_digits": 1,
+                                                         "max_digits": 1, "train_size": 1000, "test_size": 100})
+    assert len(ds["train"]) < 1000 and len(set(ds["train"]["prompt"])) == len(ds["train"])
+    assert "fewer distinct questions" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("name", "options", "message"),
+    [
+        ("reasoning-gym:chain_summ", {}, "no generator 'chain_summ'; did you mean chain_sum"),
+        ("reasoning-gym:chain_sum", {"min_digit": 2}, "dataset_options: reasoning-gym:chain_sum rejects its options"),
+        ("reasoning-gym:chain_sum", {"min_digits": 5, "max_digits": 2}, "rejects its options"),
+        ("reasoning-gym:chain_sum", {"train_size": 0}, "dataset_options.train_size must be a positive integer"),
+        ("reasoning-gym:chain_sum", {"seed": "a"}, "dataset_options.seed must be a non-negative integer"),
+    ],
+)
+def test_bad_generator_or_options_are_one_line_errors(name, options, message):
+    pytest.importorskip("reasoning_gym")
+    with pytest.raises(ConfigError, match=message):
+        load_source(name, options=options)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The reward
+# --------------------------------------------------------------------------------------------------------------------
+def test_reward_grades_with_the_generators_scorer(chain_sum):
+    rows = chain_sum["test"].select(range(4))
+    answers = list(rows["answer"])
+    completions = [f"The final answer is {answers[0]}.", f"<answer>{answers[1]}</answer>",
+                   f"The answer is {int(answers[2]) + 1}.", "I do not know."]
+    assert reward()(completions, reasoning_gym=list(rows["reasoning_gym"])) == [1.0, 1.0, 0.0, 0.0]
+
+
+def test_answer_tag_wins_over_later_numbers(chain_sum):
+    row = chain_sum["test"][0]
+    assert reward()([f"<answer>{row['answer']}</answer> and 12345"], reasoning_gym=[row["reasoning_gym"]]) == [1.0]
+
+
+@pytest.mark.parametrize(
+    "completion",
+    ["", None, "x" * 1_000_000, "9" * 100_000, "<answer>" * 1000, "\x00\ud800", "1e999999999", [{"content": None}],
+     "<answer>" + "(" * 10_000 + "</answer>"],
+)
+def test_hostile_completions_score_zero_and_never_raise(chain_sum, completion):
+    assert reward()([completion], reasoning_gym=[chain_sum["test"][0]["reasoning_gym"]]) == [0.0]
+
+
+@pytest.mark.parametrize("bad", [None, "", "{not json", "[]", json.dumps({"generator": "chain_sum"}),
+                                 json.dumps({"generator": "no_such_generator", "options": {}, "entry": {"answer": "1"}})])
+def test_rows_that_cannot_be_judged_score_none(bad):
+    pytest.importorskip("reasoning_gym")
+    assert reward()(["1"], reasoning_gym=[bad]) == [None]
+
+
+def test_a_scorer_that_raises_or_hangs_scores_zero(monkeypatch):
+    pytest.importorskip("reasoning_gym")
+    from r1kit.rewards import reasoning_gym as gym_reward
+
+    scorer = gym_reward._scorer("chain_sum", "{}")
+
+    def raises(answer, entry):
+        raise RecursionError("deep")
+
+    def hangs(answer, entry):
+        while True:
+            pass
+
+    monkeypatch.setattr(scorer, "score_answer", raises)
+    assert gym_reward.score_completion("3", record("3"), timeout=1.0) == 0.0
+    monkeypatch.setattr(scorer, "score_answer", hangs)
+    start = time.monotonic()
+    assert gym_reward.score_completion("3", record("3"), timeout=0.3) == 0.0
+    assert time.monotonic() - start < 5
+
+
+def test_text_answers_are_read_from_the_last_line():
+    pytest.importorskip("reasoning_gym")
+    rec = record("olleh", generator="spell_backward")
+    right, wrong = reward()(["Spelled backward:\nolleh", "Spelled backward:\nhello"], reasoning_gym=[rec, rec])
+    assert right == 1.0 and wrong < 1.0  # spell_backward's scorer gives partial credit
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Held-out accuracy
+# --------------------------------------------------------------------------------------------------------------------
+def test_heldout_accuracy_grades_reasoning_gym_rows_with_their_scorer(chain_sum, tmp_path):
+    from types import SimpleNamespace
+
+    from r1kit.callbacks import CALLBACKS
+    from r1kit.evaluation import score_gym_answers
+
+    script_args = SimpleNamespace(dataset_test_split="test", dataset_prompt_column="prompt", reward_timeout=1.0)
+    training_args = SimpleNamespace(heldout_size=10, output_dir=str(tmp_path), heldout_eval_steps=0,
+                                    system_prompt=None, max_completion_length=16)
+    callback = CALLBACKS["heldout_accuracy"](script_args, training_args, chain_sum, None, True)
+    assert callback.grade is score_gym_answers and len(callback.golds) == 10
+    answer = chain_sum["test"][0]["answer"]
+    # Full marks only: reasoning-gym's partial credit for an answer that merely contains the gold is not accuracy.
+    assert score_gym_answers([f"It is {answer}.", f"<answer>{answer} apples</answer>", "no"],
+                             callback.golds[:1] * 3) == [1.0, 0.0, 0.0]
