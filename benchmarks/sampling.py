@@ -1,16 +1,16 @@
-"""Does spending generation where the signal is pay off? Baseline GRPO, dynamic sampling, and dynamic sampling with
-the pass-rate curriculum, on a task where many groups carry no signal.
+"""Does spending generation where the signal is pay off? Baseline GRPO, dynamic sampling, dynamic sampling with the
+pass-rate curriculum, and the curriculum alone, on a task where most groups carry no signal.
 
     OMP_NUM_THREADS=1 python benchmarks/sampling.py [--seeds 42 43 44] [--steps 140] [--out /tmp/r1kit-sampling-bench]
 
-The task is the embedded demo (the shipped 0.6 M-parameter model and its recipe) on additions of 1 to 6 digits
-(`dataset_options: {min_digits: 1, max_digits: 6, train_size: 400}`): short sums are mostly right, long ones never,
-so many groups have zero reward variance once the format is learned, and each prompt comes back about 5 times. For each seed the three variants run one after another, in fresh processes, with
-held-out greedy accuracy measured every 10 steps together with the training time spent so far (evaluations
-excluded). Reported per seed and variant: the baseline's final held-out accuracy, each variant's accuracy at the
-baseline's training time (equal wall-clock), and the training time each needs to first reach the baseline's final
-accuracy, as a fraction of the baseline's. Goal: the best variant reaches it in at most 0.75x the baseline's time,
-every seed. Writes results.json and accuracy_vs_time.png under --out.
+The task is the embedded demo (the shipped 0.6 M-parameter model and its recipe) on additions of 1 to 6 digits, with
+the accuracy reward alone (see TASK): short sums are mostly right and long ones never, so most groups have zero
+reward variance. For each seed the variants run one after another, in fresh processes, with held-out greedy accuracy
+measured every 10 steps together with the training time spent so far (evaluations excluded). Accuracies are means of
+3 consecutive evaluations (SMOOTH). Reported per seed and variant: accuracy at the baseline's training time (equal
+wall-clock), and the training time each needs to reach the baseline's final accuracy, as a fraction of the
+baseline's. Goal: the best variant reaches it in at most 0.75x the baseline's time, every seed. Writes results.json
+and accuracy_vs_time.png under --out.
 """
 
 from __future__ import annotations
@@ -23,16 +23,19 @@ import sys
 import time
 from pathlib import Path
 
-# 400 training problems: about 5.6 appearances each in 140 steps, so a prompt's record has something to say.
-TASK = ["--dataset_options", '{"min_digits": 1, "max_digits": 6, "train_size": 400}', "--heldout_eval_steps", "10"]
+# 400 training problems (each comes back about 5.6 times in 140 steps, so a prompt's record has something to say) and
+# 500 held-out ones (a 1-point difference is 5 problems); the accuracy reward alone, so that a group of all-right or
+# all-wrong answers has no signal at all (the format rewards would give most groups a little variance).
+TASK = ["--dataset_options", '{"min_digits": 1, "max_digits": 6, "train_size": 400, "test_size": 500}',
+        "--heldout_size", "500", "--heldout_eval_steps", "10", "--reward_funcs", "accuracy", "--reward_weights", "1.0"]
+CURRICULUM = ["--curriculum_skip_solved", "2", "--curriculum_pass_rate_window", "0.05", "0.95",
+              "--curriculum_explore", "0.1", "--curriculum_reward", "accuracy"]
+DYNAMIC = ["--dynamic_sampling", "true", "--dynamic_sampling_max_rounds", "4"]
 VARIANTS = {
     "baseline": [],
-    "dynamic": ["--dynamic_sampling", "true", "--dynamic_sampling_max_rounds", "4"],
-    "dynamic+curriculum": [
-        "--dynamic_sampling", "true", "--dynamic_sampling_max_rounds", "4",
-        "--curriculum_skip_solved", "2", "--curriculum_pass_rate_window", "0.05", "0.95",
-        "--curriculum_explore", "0.1", "--curriculum_reward", "accuracy",
-    ],
+    "dynamic": DYNAMIC,
+    "dynamic+curriculum": DYNAMIC + CURRICULUM,
+    "curriculum": CURRICULUM,
 }
 
 
@@ -59,14 +62,24 @@ def run(variant: str, seed: int, steps: int, out: Path) -> dict:
             "groups_generated": mean("sampling/groups_generated"), "dropped": mean("sampling/zero_std_groups_dropped")}
 
 
-def accuracy_at(curve: list[dict], seconds: float) -> float:
-    """Held-out accuracy of the last evaluation made within `seconds` of training."""
-    return [p["accuracy"] for p in curve if p["train_seconds"] <= seconds + 1e-6][-1]
+SMOOTH = 3  # evaluations averaged: one evaluation's noise (about +-2 points) must not decide a crossing
+
+
+def smoothed(curve: list[dict]) -> list[tuple[float, float]]:
+    """(training seconds, mean accuracy of this evaluation and the SMOOTH - 1 before it), from the SMOOTH-th on."""
+    return [(curve[i]["train_seconds"], sum(p["accuracy"] for p in curve[i - SMOOTH + 1 : i + 1]) / SMOOTH)
+            for i in range(SMOOTH - 1, len(curve))]
+
+
+def accuracy_at(curve: list[dict], seconds: float) -> float | None:
+    """Smoothed held-out accuracy at the last evaluation made within `seconds` of training (None: too few)."""
+    within = [acc for t, acc in smoothed(curve) if t <= seconds + 1e-6]
+    return within[-1] if within else None
 
 
 def time_to_reach(curve: list[dict], accuracy: float) -> float | None:
-    """Training seconds at the first evaluation after the start that reaches `accuracy` (None: never)."""
-    return next((p["train_seconds"] for p in curve[1:] if p["accuracy"] >= accuracy - 1e-9), None)
+    """Training seconds at the first evaluation whose smoothed accuracy reaches `accuracy` (None: never)."""
+    return next((t for t, acc in smoothed(curve) if acc >= accuracy - 1e-9), None)
 
 
 def plot(results: list[dict], path: Path) -> None:
@@ -101,7 +114,7 @@ def main() -> None:
                 for variant in VARIANTS}
         results.extend(runs.values())
         base = runs["baseline"]["curve"]
-        budget, target = base[-1]["train_seconds"], base[-1]["accuracy"]
+        budget, target = base[-1]["train_seconds"], smoothed(base)[-1][1]
         print(f"seed {seed}: baseline {base[0]['accuracy']:.3f} -> {target:.3f} in {budget:.0f} s of training",
               flush=True)
         best = None
@@ -112,8 +125,9 @@ def main() -> None:
                 best = ratio if best is None else min(best, ratio)
             r.update(accuracy_at_baseline_time=accuracy_at(r["curve"], budget), time_to_baseline_final=reach,
                      time_ratio=ratio)
-            print(f"  {variant:19s} acc@{budget:.0f}s {r['accuracy_at_baseline_time']:.3f}  final "
-                  f"{r['curve'][-1]['accuracy']:.3f} after {r['curve'][-1]['train_seconds']:.0f} s  reaches "
+            equal_time = r["accuracy_at_baseline_time"]
+            print(f"  {variant:19s} acc@{budget:.0f}s {'-' if equal_time is None else f'{equal_time:.3f}'}  final "
+                  f"{smoothed(r['curve'])[-1][1]:.3f} after {r['curve'][-1]['train_seconds']:.0f} s  reaches "
                   f"{target:.3f} at {'never' if reach is None else f'{reach:.0f} s ({ratio:.2f}x)'}  "
                   f"zero-std {r['frac_reward_zero_std']:.2f}  rounds {r['generation_rounds'] or 1:.2f}  "
                   f"groups/step {r['groups_generated'] or 16:.1f}", flush=True)
