@@ -26,6 +26,7 @@ from typing import Any
 
 from r1kit.checkpoints import find_resume_checkpoint
 from r1kit.configs import ConfigError, GRPOConfig, GRPOScriptArguments
+from r1kit.reasoning_gym import GYM_PREFIX
 from r1kit.tasks import BUILTIN_PREFIX
 
 logger = logging.getLogger("r1kit")
@@ -37,7 +38,7 @@ def is_local_data(script_args: GRPOScriptArguments) -> bool:
     """Whether the dataset can be read without a hub (so a dry run may check its columns)."""
 
     def local(name: str) -> bool:
-        return name.startswith(BUILTIN_PREFIX) or Path(os.path.expanduser(name)).exists()
+        return name.startswith((BUILTIN_PREFIX, GYM_PREFIX)) or Path(os.path.expanduser(name)).exists()
 
     if script_args.dataset_mixture is not None:
         return all(local(m.id) for m in script_args.dataset_mixture.datasets)

@@ -320,10 +320,13 @@ def check_dataset_source(name: Any, field: str, revision: str | None = None, hub
     """A dataset source (`dataset_name` or a mixture member's `id`): a built-in task, an existing local file or
     folder with data, or a Hub id that can be reached (asked only with `hub`). Raises a `ConfigError` naming
     `field`."""
+    from r1kit.reasoning_gym import GYM_PREFIX
     from r1kit.tasks import TASKS
 
     if not isinstance(name, str) or not name.strip():
         raise ConfigError(f"{field} must be a Hub id, a local file or folder, or r1kit:<task>; got {name!r}")
+    if name.startswith(GYM_PREFIX):  # generated offline; the generator and its options are checked as it loads
+        return
     if name.startswith(BUILTIN_PREFIX):
         if name[len(BUILTIN_PREFIX) :] not in TASKS:
             raise ConfigError(f"{field}: unknown built-in task '{name}'; available: {', '.join(BUILTIN_PREFIX + t for t in TASKS)}")
