@@ -192,12 +192,35 @@ def test_heldout_accuracy_grades_reasoning_gym_rows_with_their_scorer(chain_sum,
     from r1kit.callbacks import CALLBACKS
     from r1kit.evaluation import score_gym_answers
 
-    script_args = SimpleNamespace(dataset_test_split="test", dataset_prompt_column="prompt", reward_timeout=1.0)
+    script_args = SimpleNamespace(dataset_test_split="test", dataset_prompt_column="prompt", reward_timeout=1.0,
+                                  reasoning_gym_answer="last_number")
     training_args = SimpleNamespace(heldout_size=10, output_dir=str(tmp_path), heldout_eval_steps=0,
                                     system_prompt=None, max_completion_length=16)
     callback = CALLBACKS["heldout_accuracy"](script_args, training_args, chain_sum, None, True)
-    assert callback.grade is score_gym_answers and len(callback.golds) == 10
+    assert callback.grade.func is score_gym_answers and len(callback.golds) == 10
     answer = chain_sum["test"][0]["answer"]
     # Full marks only: reasoning-gym's partial credit for an answer that merely contains the gold is not accuracy.
     assert score_gym_answers([f"It is {answer}.", f"<answer>{answer} apples</answer>", "no"],
                              callback.golds[:1] * 3) == [1.0, 0.0, 0.0]
+
+
+def test_reply_mode_grades_the_whole_reply_as_the_answer(chain_sum):
+    from r1kit.configs import GRPOScriptArguments
+    from r1kit.rewards import get_reward_funcs
+
+    args = GRPOScriptArguments(dataset_name="reasoning-gym:chain_sum", reward_funcs=["reasoning_gym"],
+                               reasoning_gym_answer="reply")
+    row = chain_sum["test"][0]
+    bare, sentence, tagged = get_reward_funcs(args)[0](
+        [row["answer"], f"The answer is {row['answer']}.", f"So <answer>{row['answer']}</answer>"],
+        reasoning_gym=[row["reasoning_gym"]] * 3,
+    )
+    assert bare == 1.0 and tagged == 1.0
+    assert 0.0 < sentence < 1.0  # chain_sum's scorer: partial credit for a reply that contains the answer
+
+
+def test_unknown_answer_mode_is_a_config_error():
+    from r1kit.configs import GRPOScriptArguments
+
+    with pytest.raises(ConfigError, match="reasoning_gym_answer: 'replies' is not valid; use one of last_number, reply"):
+        GRPOScriptArguments(dataset_name="x", reasoning_gym_answer="replies")

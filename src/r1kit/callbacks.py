@@ -119,9 +119,11 @@ def _heldout_accuracy(script_args, training_args, dataset, tokenizer, is_main_pr
     # reasoning-gym rows are graded by their generator's scorer (as the reward does), other rows by math-verify.
     gold_column, grade = ("solution", None)
     if "reasoning_gym" in test.column_names:
+        from functools import partial
+
         from r1kit.evaluation import score_gym_answers
 
-        gold_column, grade = "reasoning_gym", score_gym_answers
+        gold_column, grade = "reasoning_gym", partial(score_gym_answers, mode=script_args.reasoning_gym_answer)
     if gold_column not in test.column_names:
         raise ConfigError(f"callback heldout_accuracy needs a 'solution' column; columns: {test.column_names}")
     return HeldOutAccuracyCallback(

@@ -238,6 +238,10 @@ class GRPOScriptArguments(ScriptArguments):
             block; `None` turns it on when the chat template's generation prompt ends in `<think>`.
         reward_timeout (`float`, defaults to `5.0`): seconds allowed to verify one math answer.
         reward_workers (`int` or `None`, defaults to `None`): math-verify worker processes (cores, at most 8).
+        reasoning_gym_answer (`str`, defaults to `"last_number"`): where the `reasoning_gym` reward (and held-out
+            accuracy on reasoning-gym data) reads the answer when a completion has no `<answer>` block:
+            `last_number` (the last number for a numeric gold, else the last line) or `reply` (the whole reply, as
+            reasoning-gym's scorers expect: a reply that only contains the answer earns their partial credit).
     """
 
     dataset_name: str | None = field(
@@ -301,6 +305,10 @@ class GRPOScriptArguments(ScriptArguments):
     reward_workers: int | None = field(
         default=None, metadata={"help": "Processes verifying math answers (default: number of cores, at most 8)."}
     )
+    reasoning_gym_answer: str = field(
+        default="last_number",
+        metadata={"help": "reasoning_gym reward, outside <answer>: last_number or reply (the whole reply)."},
+    )
 
     def __post_init__(self):
         check_data_fields(self)
@@ -317,6 +325,7 @@ class GRPOScriptArguments(ScriptArguments):
         check_choice("code_provider", self.code_provider, CODE_PROVIDERS)
         check_choice("ioi_provider", self.ioi_provider, IOI_PROVIDERS)
         check_choice("repetition_language", self.repetition_language, REPETITION_LANGUAGES)
+        check_choice("reasoning_gym_answer", self.reasoning_gym_answer, ("last_number", "reply"))
         check_range(
             self,
             [

@@ -1,8 +1,10 @@
 """The `reasoning_gym` reward: each completion graded by its reasoning-gym generator's own `score_answer`.
 
 The answer is read from the completion (`extract_answer`): the last `<answer>…</answer>` block when there is one;
-otherwise, for a numeric gold, the last number in the text (a small model says "The answer is 8."), and for any
-other gold the last non-empty line. The row's `reasoning_gym` column (written by the `reasoning-gym:<generator>`
+otherwise, as the recipe's `reasoning_gym_answer` says, `last_number` (default): for a numeric gold the last number
+in the text (a small model says "The answer is 8."), for any other gold the last non-empty line; or `reply`: the
+whole reply, which reasoning-gym's scorers compare with the gold (many give partial credit to a reply that contains
+it, so a reply of the bare answer earns most). The row's `reasoning_gym` column (written by the `reasoning-gym:<generator>`
 source) holds the generator, its options and the entry the scorer compares against.
 
 Every completion is hostile input: the answer is cut to `MAX_ANSWER_CHARS`, a scorer that raises scores 0.0 (logged
@@ -28,21 +30,24 @@ from r1kit.rewards.text import per_sample, texts
 
 logger = logging.getLogger(__name__)
 
+ANSWER_MODES = ("last_number", "reply")
 MAX_ANSWER_CHARS = 1000  # an answer longer than this is cut to its last 1000 characters before scoring
 _ANSWER_BLOCK = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 _REPORTED: set[str] = set()
 
 
-def extract_answer(completion: str, gold: str) -> str:
+def extract_answer(completion: str, gold: str, mode: str = "last_number") -> str:
     """The answer a completion gives, as text (empty when it gives none).
 
     Args:
         completion (`str`): the model's output.
         gold (`str`): the gold answer; a numeric gold makes the last number the answer when no tag is used.
+        mode (`str`, defaults to `"last_number"`): without an `<answer>` block, `last_number` reads the last number
+            (numeric gold) or last non-empty line; `reply` takes the whole reply, stripped.
 
     Returns:
-        `str`: the last `<answer>` block (stripped), else the last number (numeric gold) or last non-empty line.
+        `str`: the last `<answer>` block (stripped), else what `mode` reads.
 
     Example:
         >>> extract_answer("5 - 9 is -4.", "-4")
@@ -52,6 +57,8 @@ def extract_answer(completion: str, gold: str) -> str:
     blocks = _ANSWER_BLOCK.findall(completion)
     if blocks:
         return blocks[-1].strip()[-MAX_ANSWER_CHARS:]
+    if mode == "reply":
+        return completion.strip()[-MAX_ANSWER_CHARS:]
     if is_number(gold):
         numbers = _NUMBER.findall(completion[-MAX_ANSWER_CHARS:])
         return numbers[-1].rstrip(",") if numbers else ""
@@ -111,13 +118,14 @@ def _report_once(kind: str, message: str, *args) -> None:
         logger.warning(message, *args)
 
 
-def score_completion(completion: str, record: Any, timeout: float = 5.0) -> float | None:
+def score_completion(completion: str, record: Any, timeout: float = 5.0, mode: str = "last_number") -> float | None:
     """The generator's score (0.0 to 1.0) of one completion, or None when the row cannot be judged.
 
     Args:
         completion (`str`): the model's output.
         record (`str` or `dict`): the row's `reasoning_gym` column.
         timeout (`float`, defaults to 5.0): seconds the scorer may take (main thread only) before the answer scores 0.
+        mode (`str`, defaults to `"last_number"`): how the answer is read without an `<answer>` block (`extract_answer`).
 
     Example:
         >>> record = {"generator": "chain_sum", "options": {}, "entry": {"question": "1 + 2 =", "answer": "3", "metadata": {}}}
@@ -136,7 +144,7 @@ def score_completion(completion: str, record: Any, timeout: float = 5.0) -> floa
         _report_once(f"scorer:{type(e).__name__}", "Cannot build the reasoning-gym scorer for %s (%s): rows skipped.",
                      parsed["generator"], e)
         return None
-    answer = extract_answer(completion, str(parsed["entry"]["answer"]))
+    answer = extract_answer(completion, str(parsed["entry"]["answer"]), mode)
     try:
         with _time_limit(timeout):
             score = float(scorer.score_answer(answer, parsed["entry"]))
@@ -150,13 +158,16 @@ def score_completion(completion: str, record: Any, timeout: float = 5.0) -> floa
     return min(1.0, max(0.0, score)) if score == score else 0.0  # NaN scores 0
 
 
-def score_completions(completions: list[str], records: list[Any], timeout: float = 5.0) -> list[float | None]:
+def score_completions(
+    completions: list[str], records: list[Any], timeout: float = 5.0, mode: str = "last_number"
+) -> list[float | None]:
     """`score_completion` for each (completion, record) pair."""
-    return [score_completion(c, r, timeout) for c, r in zip(completions, records)]
+    return [score_completion(c, r, timeout, mode) for c, r in zip(completions, records)]
 
 
 def make_reasoning_gym_reward(script_args: Any, training_args: Any = None) -> Callable:
     timeout = getattr(script_args, "reward_timeout", 5.0)
+    mode = getattr(script_args, "reasoning_gym_answer", "last_number")
 
     def reasoning_gym_reward(completions, reasoning_gym=None, log_metric=None, **kwargs) -> list[float | None]:
         """Each completion's score by its reasoning-gym generator's `score_answer` (see `extract_answer`).
@@ -175,7 +186,7 @@ def make_reasoning_gym_reward(script_args: Any, training_args: Any = None) -> Ca
             [1.0, 0.0]
         """
         records = per_sample(reasoning_gym, len(completions))
-        scores = score_completions(texts(completions), records, timeout)
+        scores = score_completions(texts(completions), records, timeout, mode)
         if log_metric is not None:
             log_metric("rewards/reasoning_gym/unjudgeable", float(sum(s is None for s in scores)))
         return scores
