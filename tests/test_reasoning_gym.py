@@ -224,3 +224,24 @@ def test_unknown_answer_mode_is_a_config_error():
 
     with pytest.raises(ConfigError, match="reasoning_gym_answer: 'replies' is not valid; use one of last_number, reply"):
         GRPOScriptArguments(dataset_name="x", reasoning_gym_answer="replies")
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# End to end
+# --------------------------------------------------------------------------------------------------------------------
+def test_grpo_trains_on_a_generator_with_its_reward_and_heldout_accuracy(tmp_path, tiny_model_dir):
+    pytest.importorskip("reasoning_gym")
+    from r1kit.configs import parse_args
+    from r1kit.grpo import pipeline
+    from tests.helpers import tiny_recipe, write_recipe
+
+    out = tmp_path / "out"
+    recipe = tiny_recipe(tiny_model_dir, "reasoning-gym:chain_sum", out, dataset_prompt_column="prompt",
+                         dataset_options={**CHAIN_SUM, "train_size": 16, "test_size": 4},
+                         reward_funcs=["reasoning_gym", "accuracy"], max_steps=1, save_strategy="no",
+                         callbacks=["heldout_accuracy"], heldout_size=4)
+    pipeline(*parse_args(["--config", str(write_recipe(tmp_path, **recipe))]))
+    log = json.loads((out / "trainer_state.json").read_text())["log_history"][0]
+    assert 0.0 <= log["rewards/reasoning_gym_reward/mean"] <= 1.0 and "rewards/accuracy_reward/mean" in log
+    records = [json.loads(line) for line in (out / "heldout_accuracy.jsonl").read_text().splitlines()]
+    assert [(r["step"], r["n"]) for r in records] == [(0, 4), (1, 4)]
