@@ -162,7 +162,7 @@ def test_dropped_groups_never_reach_the_loss(tmp_path, tiny_model_dir, flat_json
     assert not [prompt for prompt, tokens in seen if "flat" in prompt and tokens]
     entries = logs(out)
     assert sum(e["sampling/zero_std_groups_dropped"] for e in entries) >= 3  # half the prompts are flat
-    assert all(e["sampling/generation_rounds"] >= 1 for e in entries)
+    assert all(e["sampling/generation_rounds"] >= 1 and "sampling/surplus_groups_dropped" in e for e in entries)
     assert all(e["frac_reward_zero_std"] == 0 for e in entries)  # what was trained on, not what was generated
     rows = [json.loads(line) for line in (out / "completions.jsonl").read_text().splitlines()]
     assert {row["round"] for row in rows} >= {1, 2}  # every scored completion, dropped ones too, with its round
@@ -256,6 +256,26 @@ def test_curriculum_reward_must_be_one_of_the_rewards(tmp_path, tiny_model_dir, 
     recipe = flat_recipe(tiny_model_dir, flat_jsonl, tmp_path / "out", curriculum_skip_solved=1)  # reward: accuracy
     with pytest.raises(ConfigError, match="curriculum_reward 'accuracy' is not in reward_funcs"):
         dry_run(*parse_args(["--config", str(write_recipe(tmp_path, **recipe))]))
+
+
+@pytest.mark.parametrize("key,value", [("scale_rewards", "batch"), ("multi_objective_aggregation", "normalize_then_sum")])
+def test_batch_level_advantages_are_refused_with_dynamic_sampling(tmp_path, tiny_model_dir, flat_jsonl, key, value):
+    from r1kit.grpo import dry_run
+
+    recipe = flat_recipe(tiny_model_dir, flat_jsonl, tmp_path / "out", **{key: value})
+    with pytest.raises(ConfigError, match=f"dynamic_sampling needs per-group advantages: {key}"):
+        dry_run(*parse_args(["--config", str(write_recipe(tmp_path, **recipe))]))
+
+
+def test_a_checkpoint_inside_a_generation_block_keeps_the_state_from_before_it(tmp_path, tiny_model_dir, flat_jsonl):
+    # num_iterations 2: step 1 generates for steps 1 and 2, and a run resumed at step 1 generates that block again.
+    out = tmp_path / "out"
+    train_with_loss_spy(tmp_path, flat_recipe(tiny_model_dir, flat_jsonl, out, num_iterations=2, max_steps=2,
+                                              save_steps=1, curriculum_reward=FLAT_REWARD, curriculum_skip_solved=1))
+    inside = json.loads((out / "checkpoint-1" / "r1kit_sampling.json").read_text())
+    boundary = json.loads((out / "checkpoint-2" / "r1kit_sampling.json").read_text())
+    assert inside["rates"] == {} and inside["position"] == 0  # as before the first generation
+    assert boundary["rates"]  # after it
 
 
 def test_groups_split_across_processes_are_refused_before_loading(tmp_path, tiny_model_dir, flat_jsonl):

@@ -193,6 +193,15 @@ def check_sampling(script_args: Any, training_args: Any) -> None:
     if not (getattr(training_args, "dynamic_sampling", False) or curriculum):
         return
     curriculum_reward_index(script_args.reward_funcs, training_args)
+    if getattr(training_args, "dynamic_sampling", False):
+        # Advantages are computed per generation round; they only stay right in a batch joined from several rounds
+        # when they depend on the group alone.
+        if training_args.scale_rewards == "batch":
+            raise ConfigError("dynamic_sampling needs per-group advantages: scale_rewards 'batch' would scale each "
+                              "generation round by its own batch; use scale_rewards 'group' (default) or 'none'")
+        if getattr(training_args, "multi_objective_aggregation", "sum_then_normalize") != "sum_then_normalize":
+            raise ConfigError("dynamic_sampling needs per-group advantages: multi_objective_aggregation "
+                              "'normalize_then_sum' normalises over each round's batch; use 'sum_then_normalize'")
     steps = training_args.steps_per_generation or training_args.gradient_accumulation_steps
     local = training_args.per_device_train_batch_size * steps
     if local % training_args.num_generations:

@@ -20,8 +20,9 @@ set (`PromptPicker`), which every rank takes in the same order, each rank using 
 rates and the picker's position are saved in every checkpoint (`r1kit_sampling.json`), so a resumed run draws the same
 prompts as the uninterrupted one.
 
-Logged per step: `sampling/generation_rounds`, `sampling/zero_std_groups_dropped` (groups generated but not trained),
-`sampling/groups_generated`, `sampling/curriculum_replaced`; `frac_reward_zero_std` describes the trained batch
+Logged per step: `sampling/generation_rounds`, `sampling/zero_std_groups_dropped` (groups without signal generated but
+not trained), `sampling/surplus_groups_dropped` (groups with signal beyond a full batch), `sampling/groups_generated`,
+`sampling/curriculum_replaced`; `frac_reward_zero_std` describes the trained batch
 (masked places count as groups without signal), not everything generated.
 """
 
@@ -199,9 +200,9 @@ def slice_rows(output: dict, start: int, stop: int) -> dict:
     return piece
 
 
-def join_pieces(pieces: list[dict], pad_token_id: int) -> dict:
-    """Concatenates groups from different generation rounds, padding each 2-D tensor to the widest (prompts on the
-    left, completions and per-token values on the right, as TRL pads them)."""
+def join_pieces(pieces: list[dict], pad_token_id: int, pad_to_multiple_of: int | None = None) -> dict:
+    """Concatenates groups from different generation rounds, padding each 2-D tensor to the widest (rounded up to
+    `pad_to_multiple_of`; prompts on the left, completions and per-token values on the right, as TRL pads them)."""
     joined = {}
     for key in pieces[0]:
         values = [piece[key] for piece in pieces]
@@ -213,6 +214,8 @@ def join_pieces(pieces: list[dict], pad_token_id: int) -> dict:
         side, fill = PADDING[key]
         fill = pad_token_id if fill is None else fill
         width = max(v.size(1) for v in values)
+        if pad_to_multiple_of and key != "importance_sampling_ratio":  # (a per-sequence ratio stays 1 wide)
+            width = -(-width // pad_to_multiple_of) * pad_to_multiple_of
         padded = []
         for v in values:
             extra = v.new_full((v.size(0), width - v.size(1)), fill)
@@ -246,6 +249,11 @@ class SamplingGRPOTrainer(GRPOTrainer):
             if not hasattr(self.train_dataset, "__getitem__") or not hasattr(self.train_dataset, "__len__"):
                 raise ConfigError("dynamic sampling and the curriculum need a map-style training set (not streaming)")
             self.picker = PromptPicker(len(self.train_dataset), self.args.seed, rules)
+        # A checkpoint can fall inside a generation block (num_iterations > 1, or steps_per_generation beyond the
+        # accumulation steps); a resumed run regenerates that block, so it must find the state from before it.
+        self._generate_every = self.args.steps_per_generation * self.num_iterations
+        self._snapshots = self.picker is not None and self.args.gradient_accumulation_steps % self._generate_every != 0
+        self._state_before_generation: dict | None = None
 
     # --- TRL hooks ------------------------------------------------------------------------------------------------
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
@@ -256,6 +264,8 @@ class SamplingGRPOTrainer(GRPOTrainer):
     def _generate_and_score_completions(self, inputs):
         if self.picker is None or not self.model.training:
             return super()._generate_and_score_completions(inputs)
+        if self._snapshots:
+            self._state_before_generation = json.loads(json.dumps(self.picker.state_dict()))
         groups = self._local_groups(inputs)
         replaced = 0
         if self.picker.rules.active:
@@ -275,8 +285,11 @@ class SamplingGRPOTrainer(GRPOTrainer):
 
             folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
             os.makedirs(folder, exist_ok=True)
+            state = self.picker.state_dict()
+            if self._step % self._generate_every and self._state_before_generation is not None:
+                state = self._state_before_generation  # inside a generation block, which a resume regenerates
             with open(os.path.join(folder, SAMPLING_STATE), "w") as f:
-                json.dump(self.picker.state_dict(), f)
+                json.dump(state, f)
         super()._save_checkpoint(model, trial)
 
     def _load_optimizer_and_scheduler(self, checkpoint):
@@ -326,16 +339,17 @@ class SamplingGRPOTrainer(GRPOTrainer):
         shortfall = [max(0, target - k) for k in kept_per_rank]
         fillers = spare[len(spare) - shortfall[rank] :] if shortfall[rank] else []
         pieces = kept[:target] + fillers
-        batch = join_pieces(pieces, self._tokenizer.pad_token_id)
+        batch = join_pieces(pieces, self._tokenizer.pad_token_id, self.pad_to_multiple_of)
         if fillers and any_signal:  # empty places hold groups without signal, kept out of the loss
             batch["completion_mask"][target * self.num_generations - len(fillers) * self.num_generations :] = 0
         self._finish_batch(batch, repadded=len({piece["prompt_ids"].size(1) for piece in pieces}) > 1)
         trained_zero_std = sum(shortfall)
         zero_std_generated = generated - sum(kept_per_rank)
         dropped = zero_std_generated - (trained_zero_std if not any_signal else 0)
+        surplus = sum(max(0, k - target) for k in kept_per_rank)  # groups with signal beyond a full batch
         del zero_std_log[logged_before:]  # TRL logged each round; the trained batch is what this metric describes
         zero_std_log.append(trained_zero_std / (target * world))
-        self._log_sampling(rounds=rounds, generated=generated, dropped=dropped, replaced=replaced)
+        self._log_sampling(rounds=rounds, generated=generated, dropped=dropped, replaced=replaced, surplus=surplus)
         if trained_zero_std and self.accelerator.is_main_process:
             logger.warning(
                 "Dynamic sampling: after %d generation round(s) (dynamic_sampling_max_rounds), %d of %d groups have "
@@ -351,8 +365,11 @@ class SamplingGRPOTrainer(GRPOTrainer):
         grew) the per-token log-probabilities TRL computed with the narrower padding."""
         loss_mask = batch["completion_mask"] if "tool_mask" not in batch else batch["completion_mask"] * batch["tool_mask"]
         batch["num_items_in_batch"] = self.accelerator.gather(loss_mask.sum()).sum()
-        if repadded and ("old_per_token_logps" in batch or "ref_per_token_logps" in batch):
-            self._recompute_logps(batch)
+        if "old_per_token_logps" in batch or "ref_per_token_logps" in batch:
+            # Decided together: under ZeRO-3 or FSDP a forward pass on some ranks only would wait forever.
+            anywhere = self.accelerator.gather(torch.tensor([int(repadded)], device=loss_mask.device)).max().item()
+            if anywhere:
+                self._recompute_logps(batch)
 
     def _recompute_logps(self, batch: dict) -> None:
         """Per-token log-probabilities of the joined batch, as TRL computes them at generation. TRL passes no position
@@ -381,16 +398,12 @@ class SamplingGRPOTrainer(GRPOTrainer):
                 batch["ref_per_token_logps"] = ref
 
     def _group_signal(self) -> list[bool]:
-        """For every group of the last round, on every rank (rank-major order): whether its rewards differ, i.e.
-        whether it has an advantage to learn from. Follows TRL's reward aggregation."""
+        """For every group of the last round, on every rank (rank-major order): whether its weighted rewards differ,
+        i.e. whether it has an advantage to learn from. Follows TRL's `sum_then_normalize` aggregation."""
         from trl.trainer.utils import nanstd
 
-        per_func = self._round_rewards
+        per_func = self._round_rewards  # (preflight allows dynamic sampling with sum_then_normalize only)
         grouped = per_func.view(-1, self.num_generations, per_func.size(1))
-        if self.multi_objective_aggregation == "normalize_then_sum":
-            std = nanstd(grouped, dim=1)  # (groups, functions): any function that varies is signal
-            varies = (~torch.isnan(std) & ~torch.isclose(std, torch.zeros_like(std))).any(dim=1)
-            return varies.tolist()
         weights = self.reward_weights.to(per_func.device)
         rewards = (grouped * weights).nansum(dim=2)
         rewards[torch.isnan(grouped).all(dim=2)] = torch.nan  # unscorable completions, as TRL treats them
@@ -455,12 +468,13 @@ class SamplingGRPOTrainer(GRPOTrainer):
         indices = self.picker.draw(count * world, self._key_of)
         return [self._dataset_row(i) for i in indices[rank * count : (rank + 1) * count]]
 
-    def _log_sampling(self, rounds: int, generated: int, dropped: int, replaced: int) -> None:
+    def _log_sampling(self, rounds: int, generated: int, dropped: int, replaced: int, surplus: int = 0) -> None:
         metrics = self._metrics["train"]
         metrics["sampling/generation_rounds"].append(float(rounds))
         metrics["sampling/groups_generated"].append(float(generated))
         if self.dynamic_sampling:
             metrics["sampling/zero_std_groups_dropped"].append(float(dropped))
+            metrics["sampling/surplus_groups_dropped"].append(float(surplus))
         if self.picker.rules.active:
             metrics["sampling/curriculum_replaced"].append(float(replaced))
 
