@@ -26,6 +26,9 @@ VARIANTS = [
     ("fp32, full fine-tuning", ["--use_peft", "false", "--bf16", "false"]),
     ("fp32, LoRA", ["--bf16", "false"]),
     ("bf16 autocast, LoRA (the recipe)", []),
+    ("bf16 autocast, LoRA, continuous batching", ["--use_transformers_continuous_batching", "true"]),
+    ("bf16 autocast, LoRA, static KV cache", ["--cache_implementation", "static"]),
+    ("bf16 autocast, LoRA, 2 threads", ["--torch_num_threads", "2"]),
 ]
 PHASES = ("generation", "rewards", "other batch prep", "loss forward", "backward", "optimizer", "step total")
 
@@ -114,12 +117,14 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--recipe", type=Path, default=RECIPE)
     parser.add_argument("--out", type=Path, default=Path("/tmp/r1kit-real-model-step"))
+    parser.add_argument("--only", nargs="+", help="run only the variants whose name contains one of these words")
     opts = parser.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     timers = Timers()
     step_timer = install_timers(timers)
     results = {}
-    for i, (name, overrides) in enumerate(VARIANTS):
+    chosen = [v for v in VARIANTS if not opts.only or any(word in v[0] for word in opts.only)]
+    for i, (name, overrides) in enumerate(chosen):
         steps = run_variant(opts.recipe, overrides, opts.steps, opts.out / f"variant{i}", timers, step_timer)
         measured = steps[1:] or steps  # the first step warms up (allocations, caches)
         results[name] = {p: statistics.mean(s.get(p, 0.0) for s in measured) for p in PHASES}
