@@ -23,12 +23,13 @@ ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "recipes" / "SmolLM2-135M-Instruct" / "grpo_chain_sum_cpu.yaml"
 # (name, command-line overrides of the recipe), measured one after the other in this process.
 VARIANTS = [
-    ("fp32, full fine-tuning", ["--use_peft", "false", "--bf16", "false"]),
-    ("fp32, LoRA", ["--bf16", "false"]),
-    ("bf16 autocast, LoRA (the recipe)", []),
-    ("bf16 autocast, LoRA, continuous batching", ["--use_transformers_continuous_batching", "true"]),
-    ("bf16 autocast, LoRA, static KV cache", ["--cache_implementation", "static"]),
-    ("bf16 autocast, LoRA, 2 threads", ["--torch_num_threads", "2"]),
+    ("fp32, full fine-tuning, 1 thread", ["--use_peft", "false", "--bf16", "false", "--torch_num_threads", "1"]),
+    ("fp32, LoRA, 1 thread", ["--bf16", "false", "--torch_num_threads", "1"]),
+    ("bf16 autocast, LoRA, 1 thread", ["--torch_num_threads", "1"]),
+    ("bf16 autocast, LoRA, 1 thread, continuous batching",
+     ["--torch_num_threads", "1", "--use_transformers_continuous_batching", "true"]),
+    ("bf16 autocast, LoRA, 1 thread, static KV cache", ["--torch_num_threads", "1", "--cache_implementation", "static"]),
+    ("bf16 autocast, LoRA, 2 threads (the recipe)", []),
 ]
 PHASES = ("generation", "rewards", "other batch prep", "loss forward", "backward", "optimizer", "step total")
 
@@ -117,13 +118,14 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--recipe", type=Path, default=RECIPE)
     parser.add_argument("--out", type=Path, default=Path("/tmp/r1kit-real-model-step"))
-    parser.add_argument("--only", nargs="+", help="run only the variants whose name contains one of these words")
+    parser.add_argument("--only", type=int, nargs="+", metavar="N",
+                        help="run only these variants (numbers from 1, in the order of VARIANTS)")
     opts = parser.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     timers = Timers()
     step_timer = install_timers(timers)
     results = {}
-    chosen = [v for v in VARIANTS if not opts.only or any(word in v[0] for word in opts.only)]
+    chosen = [v for number, v in enumerate(VARIANTS, 1) if not opts.only or number in opts.only]
     for i, (name, overrides) in enumerate(chosen):
         steps = run_variant(opts.recipe, overrides, opts.steps, opts.out / f"variant{i}", timers, step_timer)
         measured = steps[1:] or steps  # the first step warms up (allocations, caches)
