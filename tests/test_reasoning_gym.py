@@ -54,9 +54,7 @@ def test_reward_skips_rows_when_reasoning_gym_is_missing(monkeypatch):
     from r1kit.rewards import reasoning_gym as gym_reward
 
     monkeypatch.setitem(sys.modules, "reasoning_gym", None)
-    gym_reward._scorer.cache_clear()
     assert gym_reward.score_completions(["3"], [record("3")]) == [None]
-    gym_reward._scorer.cache_clear()
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -139,13 +137,13 @@ def test_answer_tag_wins_over_later_numbers(chain_sum):
     assert reward()([f"<answer>{row['answer']}</answer> and 12345"], reasoning_gym=[row["reasoning_gym"]]) == [1.0]
 
 
-@pytest.mark.parametrize(
-    "completion",
-    ["", None, "x" * 1_000_000, "9" * 100_000, "<answer>" * 1000, "\x00\ud800", "1e999999999", [{"content": None}],
-     "<answer>" + "(" * 10_000 + "</answer>"],
-)
-def test_hostile_completions_score_zero_and_never_raise(chain_sum, completion):
-    assert reward()([completion], reasoning_gym=[chain_sum["test"][0]["reasoning_gym"]]) == [0.0]
+HOSTILE = ["", None, "x" * 1_000_000, "9" * 100_000, "<answer>" * 1000, "\x00\ud800", "1e999999999",
+           [{"content": None}], "<answer>" + "(" * 10_000 + "</answer>"]
+
+
+def test_hostile_completions_score_zero_and_never_raise(chain_sum):
+    rows = [chain_sum["test"][0]["reasoning_gym"]] * len(HOSTILE)
+    assert reward()(HOSTILE, reasoning_gym=rows) == [0.0] * len(HOSTILE)
 
 
 @pytest.mark.parametrize("bad", [None, "", "{not json", "[]", json.dumps({"generator": "chain_sum"}),
@@ -155,25 +153,93 @@ def test_rows_that_cannot_be_judged_score_none(bad):
     assert reward()(["1"], reasoning_gym=[bad]) == [None]
 
 
-def test_a_scorer_that_raises_or_hangs_scores_zero(monkeypatch):
+# countdown's scorer parses the answer with sympy's parse_expr, i.e. eval: answers can try to run Python.
+def countdown_record() -> tuple[str, dict]:
+    import reasoning_gym
+
+    entry = reasoning_gym.create_dataset("countdown", size=1, seed=0)[0]  # numbers 66 34 98 54 6, target 164
+    return json.dumps({"generator": "countdown", "options": {}, "entry": entry}), entry
+
+
+def host_marker(tmp_path) -> str:
+    return str(tmp_path / "written-by-an-answer")
+
+
+def code_answers(marker: str) -> list[str]:
+    """Answers that try to reach the host, the scorer's process or the verdicts of other answers."""
+    return [
+        f"__import__('os').system('touch {marker}')",
+        f"open('{marker}', 'w').write('x')",
+        "'{0.__init__.__globals__}'.format(Integer)",
+        f"exec(\"import os; os.system('touch {marker}')\")",
+        "__import__('os').write(1, b'{\"score\": 1.0}\\n')",  # a forged verdict line on the scorer's stdout
+        "__import__('os').kill(1, 9) or __import__('os').kill(__import__('os').getppid(), 9)",
+        "__import__('numpy').__dict__.__setitem__('isclose', lambda *a, **k: True)",  # fool the answers after it
+    ]
+
+
+def test_answers_that_run_code_never_reach_the_host_or_other_answers(tmp_path):
+    pytest.importorskip("reasoning_gym")
+    from r1kit.rewards.reasoning_gym import score_completions
+
+    rec, entry = countdown_record()
+    right, wrong_numbers_right = entry["answer"], "66 + 34 + 98 + 54 + 6"  # the second uses the numbers, misses 164
+    answers = [*code_answers(host_marker(tmp_path)), wrong_numbers_right, right]
+    scores = score_completions([f"<answer>{a}</answer>" for a in answers], [rec] * len(answers), timeout=3)
+    assert scores[-2:] == [0.05, 1.0]  # countdown's own scores: right numbers but wrong value; right
+    assert all(s is not None and s < 0.05 for s in scores[:-2])  # the scorer's "unparseable" 0.01, never a pass
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_jail_contains_an_answer_that_gets_past_the_guard(tmp_path, monkeypatch):
+    """With the eval guard switched off (as if an answer found a way past it), the jail and the per-answer processes
+    still keep every answer away from the host and from the other answers' verdicts."""
     pytest.importorskip("reasoning_gym")
     from r1kit.rewards import reasoning_gym as gym_reward
 
-    scorer = gym_reward._scorer("chain_sum", "{}")
+    unguarded = tmp_path / "server" / "_gym_server.py"
+    unguarded.parent.mkdir()
+    source = gym_reward.SERVER.read_text()
+    unguarded.write_text(source.replace("def refused(name: str) -> bool:\n", "def refused(name: str) -> bool:\n    return False\n"))
+    monkeypatch.setattr(gym_reward, "SERVER", unguarded)
+    secret = tmp_path / "secret.txt"
+    secret.write_text("164")
+    rec, entry = countdown_record()
+    answers = [*code_answers(host_marker(tmp_path)),
+               f"Integer(int(open('{secret}').read()))",  # a host file would give the target
+               "66 + 34 + 98 + 54 + 6", entry["answer"]]
+    scores = gym_reward.score_completions([f"<answer>{a}</answer>" for a in answers], [rec] * len(answers), timeout=3)
+    assert scores[-2:] == [0.05, 1.0]  # the numpy patch of an earlier answer did not carry over
+    assert scores[-3] < 0.05  # the host file is not there to read
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["secret.txt", "server"]
 
-    def raises(answer, entry):
-        raise RecursionError("deep")
 
-    def hangs(answer, entry):
-        while True:
-            pass
+def test_an_answer_that_hangs_its_scorer_scores_zero_within_the_time_limit():
+    pytest.importorskip("reasoning_gym")
+    from r1kit.rewards.reasoning_gym import score_completions
 
-    monkeypatch.setattr(scorer, "score_answer", raises)
-    assert gym_reward.score_completion("3", record("3"), timeout=1.0) == 0.0
-    monkeypatch.setattr(scorer, "score_answer", hangs)
+    rec, entry = countdown_record()
     start = time.monotonic()
-    assert gym_reward.score_completion("3", record("3"), timeout=0.3) == 0.0
-    assert time.monotonic() - start < 5
+    scores = score_completions(["<answer>9**9**9**9</answer>", f"<answer>{entry['answer']}</answer>"], [rec, rec],
+                               timeout=1)
+    assert scores == [0.0, 1.0]
+    assert time.monotonic() - start < 60  # one time limit, plus the jail's start, on a loaded machine
+
+
+def test_without_a_jail_scoring_stops_unless_explicitly_allowed(monkeypatch):
+    pytest.importorskip("reasoning_gym")
+    from r1kit.configs import GRPOConfig, GRPOScriptArguments
+    from r1kit.rewards import reasoning_gym as gym_reward
+    from r1kit.sandbox import jail
+
+    monkeypatch.setattr(jail, "probe", lambda: "bubblewrap (bwrap) is not installed")
+    assert gym_reward.score_completions(["3"], [record("3")]) == [None]
+    assert gym_reward.score_completions(["3", "4"], [record("3")] * 2, allow_unsandboxed=True) == [1.0, 0.0]
+    script_args = GRPOScriptArguments(dataset_name="reasoning-gym:chain_sum", reward_funcs=["reasoning_gym"])
+    with pytest.raises(ConfigError, match="cannot be scored in a jail .*allow_unsandboxed_code_execution: true"):
+        gym_reward.check_gym_scoring(script_args, GRPOConfig(output_dir="unused", use_cpu=True))
+    script_args.allow_unsandboxed_code_execution = True
+    gym_reward.check_gym_scoring(script_args, GRPOConfig(output_dir="unused", use_cpu=True))
 
 
 def test_text_answers_are_read_from_the_last_line():
@@ -193,7 +259,7 @@ def test_heldout_accuracy_grades_reasoning_gym_rows_with_their_scorer(chain_sum,
     from r1kit.evaluation import score_gym_answers
 
     script_args = SimpleNamespace(dataset_test_split="test", dataset_prompt_column="prompt", reward_timeout=1.0,
-                                  reasoning_gym_answer="last_number")
+                                  reasoning_gym_answer="last_number", allow_unsandboxed_code_execution=False)
     training_args = SimpleNamespace(heldout_size=10, output_dir=str(tmp_path), heldout_eval_steps=0,
                                     system_prompt=None, max_completion_length=16)
     callback = CALLBACKS["heldout_accuracy"](script_args, training_args, chain_sum, None, True)

@@ -123,7 +123,8 @@ def _heldout_accuracy(script_args, training_args, dataset, tokenizer, is_main_pr
 
         from r1kit.evaluation import score_gym_answers
 
-        gold_column, grade = "reasoning_gym", partial(score_gym_answers, mode=script_args.reasoning_gym_answer)
+        gold_column, grade = "reasoning_gym", partial(score_gym_answers, mode=script_args.reasoning_gym_answer,
+                                                      allow_unsandboxed=script_args.allow_unsandboxed_code_execution)
     if gold_column not in test.column_names:
         raise ConfigError(f"callback heldout_accuracy needs a 'solution' column; columns: {test.column_names}")
     return HeldOutAccuracyCallback(

@@ -232,7 +232,8 @@ class GRPOScriptArguments(ScriptArguments):
             moved in Python 3, missing C++ includes), as Open-R1's `patch_code` option does.
         allow_unsandboxed_code_execution (`bool`, defaults to `False`): where no jail can run, let the `local`
             provider run model-written programs with only resource limits (your user's files, network and processes
-            exposed). Off, a run with a local code reward stops before training and says what to install.
+            exposed), and reasoning-gym's scorers score answers without the jail (some evaluate answers as code).
+            Off, a run with a local code reward or reasoning-gym scoring stops before training and says what to install.
         repetition_language (`str`, defaults to `"en"`): `en` (whitespace words) or `zh` (jieba).
         format_think_prefilled (`bool` or `None`, defaults to `None`): accept completions that start inside the think
             block; `None` turns it on when the chat template's generation prompt ends in `<think>`.
@@ -294,7 +295,7 @@ class GRPOScriptArguments(ScriptArguments):
     cf_patch_code: bool = field(default=False, metadata={"help": "cf_code: fix common Python-import / C++-include slips."})
     allow_unsandboxed_code_execution: bool = field(
         default=False,
-        metadata={"help": "DANGER: with code_provider local and no jail available, run model-written code without one."},
+        metadata={"help": "DANGER: where no jail is available, run model-written code (local code rewards, reasoning-gym scorers) without one."},
     )
     repetition_language: str = field(default="en", metadata={"help": "Repetition penalty tokenisation: en or zh."})
     format_think_prefilled: bool | None = field(

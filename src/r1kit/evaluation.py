@@ -72,13 +72,15 @@ def score_answers(completions: list[str], golds: list[Any], timeout: float = DEF
 
 
 def score_gym_answers(completions: list[str], records: list[Any], timeout: float = DEFAULT_TIMEOUT,
-                      mode: str = "last_number") -> list[float | None]:
+                      mode: str = "last_number", allow_unsandboxed: bool = False) -> list[float | None]:
     """1.0 / 0.0 per completion (None for a row that cannot be judged) by the rows' reasoning-gym scorers, reading
     answers as the `reasoning_gym` reward does (`mode`: the recipe's `reasoning_gym_answer`); only a full score
-    counts as correct (partial credit is a reward, not an accuracy)."""
+    counts as correct (partial credit is a reward, not an accuracy). Scored in the jail, as the reward is
+    (`allow_unsandboxed`: without it where none can run)."""
     from r1kit.rewards.reasoning_gym import score_completions
 
-    return [None if s is None else float(s >= 1.0) for s in score_completions(completions, records, timeout, mode)]
+    scores = score_completions(completions, records, timeout, mode, allow_unsandboxed)
+    return [None if s is None else float(s >= 1.0) for s in scores]
 
 
 def greedy_accuracy(model, tokenizer, problems: list[str], golds: list[Any], system_prompt: str | None = None,

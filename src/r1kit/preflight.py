@@ -182,6 +182,9 @@ def validate_args(script_args: Any, training_args: Any, model_args: Any) -> None
     from r1kit.rewards.code import check_code_execution
 
     check_code_execution(script_args)  # a local code sandbox needs a jail on this machine
+    from r1kit.rewards.reasoning_gym import check_gym_scoring
+
+    check_gym_scoring(script_args, training_args)  # so do reasoning-gym's scorers (some evaluate answers as code)
 
 
 def check_sampling(script_args: Any, training_args: Any) -> None:

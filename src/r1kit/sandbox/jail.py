@@ -145,9 +145,12 @@ def seccomp_filter(machine: str | None = None) -> bytes | None:
 # --------------------------------------------------------------------------------------------------------------------
 # The command line
 # --------------------------------------------------------------------------------------------------------------------
-def bwrap_arguments(tmp_bytes: int, seccomp_fd: int | None, prefix: str, source_prefix: str | None = None) -> list[str]:
+def bwrap_arguments(tmp_bytes: int, seccomp_fd: int | None, prefix: str, source_prefix: str | None = None,
+                    read_only: list[tuple[str, str]] = ()) -> list[str]:
     """bwrap's options (everything but the command). `source_prefix` is where bwrap finds the interpreter when the
-    root stage exposed it elsewhere; inside the jail it always sits at `prefix`, where its shared library expects it."""
+    root stage exposed it elsewhere; inside the jail it always sits at `prefix`, where its shared library expects it.
+    `read_only` lists (source as bwrap sees it, path in the jail) folders shown read-only, e.g. the site-packages a
+    reasoning-gym scorer imports from."""
     args = [
         "--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
         "--disable-userns", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID),
@@ -168,6 +171,8 @@ def bwrap_arguments(tmp_bytes: int, seccomp_fd: int | None, prefix: str, source_
         site = os.path.join(prefix, os.path.relpath(sysconfig.get_paths()["purelib"], sys.prefix))
         if os.path.isdir(os.path.join(source_prefix or prefix, os.path.relpath(site, prefix))):
             args += ["--tmpfs", site]  # the base interpreter's site-packages stay out of view
+    for source, target in read_only:
+        args += ["--ro-bind", source, target]
     shm_bytes = max(1 << 20, min(SHM_BYTES, tmp_bytes // 4))  # POSIX shared memory, e.g. multiprocessing's locks
     args += ["--proc", "/proc", "--dev", "/dev", "--size", str(shm_bytes), "--tmpfs", "/dev/shm", "--remount-ro", "/dev",
              "--size", str(tmp_bytes - shm_bytes), "--tmpfs", "/tmp", "--dir", "/tmp/work", "--chdir", "/tmp/work",

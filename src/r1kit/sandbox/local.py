@@ -56,20 +56,26 @@ COMPILE_SECONDS = 60.0
 _UNSANDBOXED_WARNED = threading.Event()
 
 
-def jail_command(tmp_bytes: int, seccomp_fd: int | None, args: list[str], cgroups: list[str] | None = None) -> list[str]:
+def jail_command(tmp_bytes: int, seccomp_fd: int | None, args: list[str], cgroups: list[str] | None = None,
+                 read_only: dict[str, str] | None = None) -> list[str]:
     """The command that runs the base interpreter with `args` inside a fresh jail: bwrap directly for an ordinary
-    user; for root, the launcher stage first, which joins `cgroups` and drops to a host uid of the jail's own."""
+    user; for root, the launcher stage first, which joins `cgroups` and drops to a host uid of the jail's own.
+    `read_only` maps host folders to the paths where the jail shows them, read-only."""
     bwrap = find_bwrap()
     executable, prefix = interpreter()
+    read_only = read_only or {}
     if os.geteuid() != 0:
-        return [bwrap, *bwrap_arguments(tmp_bytes, seccomp_fd, prefix), executable, "-I", "-S", *args]
+        return [bwrap, *bwrap_arguments(tmp_bytes, seccomp_fd, prefix, read_only=list(read_only.items())),
+                executable, "-I", "-S", *args]
+    exposed = {f"ro{i}": (source, target) for i, (source, target) in enumerate(read_only.items())}  # via the launcher
     bwrap_root = Path(bwrap).parents[2] if Path(bwrap).parent.name == "_bin" else Path(bwrap).parent  # binary + its libs
     bwrap_in_view = "@bwrap/" + os.path.relpath(bwrap, bwrap_root)
     uid = next_jail_uid()
     return [
         sys.executable, "-I", "-S", str(LAUNCHER), str(uid), ",".join(cgroups or []) or "-",
-        f"{prefix}=python", f"{bwrap_root}=bwrap", "--",
-        bwrap_in_view, *bwrap_arguments(tmp_bytes, seccomp_fd, prefix, source_prefix="@python"),
+        f"{prefix}=python", f"{bwrap_root}=bwrap", *(f"{source}={name}" for name, (source, _) in exposed.items()), "--",
+        bwrap_in_view, *bwrap_arguments(tmp_bytes, seccomp_fd, prefix, source_prefix="@python",
+                                        read_only=[(f"@{name}", target) for name, (_, target) in exposed.items()]),
         executable, "-I", "-S", *args,
     ]
 
@@ -169,15 +175,15 @@ def _kill_group(proc: subprocess.Popen) -> None:
 
 def run_in_jail(args: list[str], stdin: bytes, timeout: float, tmp_bytes: int = 64 << 20,
                 memory_bytes: int | None = None, max_processes: int = 64, max_stdout: int = 1 << 30,
-                memory_after_compile: int | None = None) -> Finished:
+                memory_after_compile: int | None = None, read_only: dict[str, str] | None = None) -> Finished:
     """Runs the base interpreter with `args` in a fresh jail, at most `timeout` seconds and `max_stdout` bytes of
     output. As root, where cgroups are usable, the jail's whole tree is capped at `memory_bytes` (processes and its
-    tmpfs together) and `max_processes` + 8 processes."""
+    tmpfs together) and `max_processes` + 8 processes. `read_only` maps host folders to jail paths (read-only)."""
     cgroups = create_cgroups(f"r1kit-{os.getpid()}-{uuid.uuid4().hex[:12]}", memory_bytes, max_processes + 8) if memory_bytes else []
     try:
         fd = _seccomp_fd()
         try:
-            proc = subprocess.Popen(jail_command(tmp_bytes, fd, args, cgroups), stdin=subprocess.PIPE,
+            proc = subprocess.Popen(jail_command(tmp_bytes, fd, args, cgroups, read_only), stdin=subprocess.PIPE,
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=[fd] if fd is not None else [],
                                     cwd="/", env={"PATH": "/usr/bin:/bin"}, start_new_session=True)
         finally:
