@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -153,16 +154,13 @@ def test_rows_that_cannot_be_judged_score_none(bad):
     assert reward()(["1"], reasoning_gym=[bad]) == [None]
 
 
-# countdown's scorer parses the answer with sympy's parse_expr, i.e. eval: answers can try to run Python.
-def countdown_record() -> tuple[str, dict]:
+# Some scorers parse answers with sympy's parse_expr, i.e. eval (polynomial_multiplication, the integrations,
+# countdown, puzzle24): answers can try to run Python.
+def gym_record(generator: str) -> tuple[str, dict]:
     import reasoning_gym
 
-    entry = reasoning_gym.create_dataset("countdown", size=1, seed=0)[0]  # numbers 66 34 98 54 6, target 164
-    return json.dumps({"generator": "countdown", "options": {}, "entry": entry}), entry
-
-
-def host_marker(tmp_path) -> str:
-    return str(tmp_path / "written-by-an-answer")
+    entry = reasoning_gym.create_dataset(generator, size=1, seed=0)[0]
+    return json.dumps({"generator": generator, "options": {}, "entry": entry}), entry
 
 
 def code_answers(marker: str) -> list[str]:
@@ -172,9 +170,13 @@ def code_answers(marker: str) -> list[str]:
         f"open('{marker}', 'w').write('x')",
         "'{0.__init__.__globals__}'.format(Integer)",
         f"exec(\"import os; os.system('touch {marker}')\")",
+        # runtime-built names through an async generator's frame (found by review: it beat a deny-list guard)
+        "[(B:=(N for N in [1] async for E in N).ag_frame.f_builtins), B['ge'+chr(116)+'attr'](B['exe'+chr(99)],"
+        f"chr(95)*2+'closure'+chr(95)*2)[1].cell_contents(\"open('{marker}','w')\",{{}})]",
         "__import__('os').write(1, b'{\"score\": 1.0}\\n')",  # a forged verdict line on the scorer's stdout
-        "__import__('os').kill(1, 9) or __import__('os').kill(__import__('os').getppid(), 9)",
-        "__import__('numpy').__dict__.__setitem__('isclose', lambda *a, **k: True)",  # fool the answers after it
+        "__import__('os').kill(1, 2) or __import__('os').kill(1, 9)",  # SIGINT / SIGKILL to the jail's pid 1
+        "open('/tmp/work/left-behind', 'w').write('1')",
+        "__import__('sympy').__dict__.__setitem__('Eq', lambda *a: True)",  # fool the answers after it
     ]
 
 
@@ -182,43 +184,59 @@ def test_answers_that_run_code_never_reach_the_host_or_other_answers(tmp_path):
     pytest.importorskip("reasoning_gym")
     from r1kit.rewards.reasoning_gym import score_completions
 
-    rec, entry = countdown_record()
-    right, wrong_numbers_right = entry["answer"], "66 + 34 + 98 + 54 + 6"  # the second uses the numbers, misses 164
-    answers = [*code_answers(host_marker(tmp_path)), wrong_numbers_right, right]
+    rec, entry = gym_record("polynomial_multiplication")
+    answers = [*code_answers(str(tmp_path / "written-by-an-answer")), entry["answer"] + " + 1", entry["answer"]]
     scores = score_completions([f"<answer>{a}</answer>" for a in answers], [rec] * len(answers), timeout=3)
-    assert scores[-2:] == [0.05, 1.0]  # countdown's own scores: right numbers but wrong value; right
-    assert all(s is not None and s < 0.05 for s in scores[:-2])  # the scorer's "unparseable" 0.01, never a pass
+    assert scores == [0.0] * (len(answers) - 1) + [1.0]
     assert list(tmp_path.iterdir()) == []
 
 
-def test_the_jail_contains_an_answer_that_gets_past_the_guard(tmp_path, monkeypatch):
-    """With the eval guard switched off (as if an answer found a way past it), the jail and the per-answer processes
-    still keep every answer away from the host and from the other answers' verdicts."""
+def test_the_jail_contains_answers_that_get_past_the_guard(tmp_path, monkeypatch):
+    """With the eval check switched off (as if an answer found a way past it), the jail and the per-answer processes
+    still keep every answer away from the host, from the scorer process and from the other answers' verdicts."""
     pytest.importorskip("reasoning_gym")
     from r1kit.rewards import reasoning_gym as gym_reward
 
     unguarded = tmp_path / "server" / "_gym_server.py"
     unguarded.parent.mkdir()
     source = gym_reward.SERVER.read_text()
-    unguarded.write_text(source.replace("def refused(name: str) -> bool:\n", "def refused(name: str) -> bool:\n    return False\n"))
+    unguarded.write_text(source.replace("builtins.eval, builtins.exec = guarded_eval(builtins.eval), guarded_exec(builtins.exec)", "pass"))
     monkeypatch.setattr(gym_reward, "SERVER", unguarded)
     secret = tmp_path / "secret.txt"
-    secret.write_text("164")
-    rec, entry = countdown_record()
-    answers = [*code_answers(host_marker(tmp_path)),
-               f"Integer(int(open('{secret}').read()))",  # a host file would give the target
-               "66 + 34 + 98 + 54 + 6", entry["answer"]]
+    secret.write_text("1")
+    rec, entry = gym_record("polynomial_multiplication")
+    gold = entry["answer"]
+    marker = str(tmp_path / "written-by-an-answer")
+    answers = [
+        *code_answers(marker),
+        f"({gold}) if __import__('os').path.exists('/tmp/work/left-behind') else 0",  # an earlier answer's file
+        f"({gold}) if open('{secret}').read() == '1' else 0",  # a host file
+        f"({gold}) if __import__('os').path.exists('{Path(__file__).resolve().parent}') else 0",  # the host's tree
+        f"({gold}) if len([p for p in __import__('os').listdir('/proc') if p.isdigit()]) > 3 else 0",  # processes
+        gold + " + 1",
+        gold,  # scored after the sympy patch, the signals and the files above: the right answer still scores 1
+    ]
     scores = gym_reward.score_completions([f"<answer>{a}</answer>" for a in answers], [rec] * len(answers), timeout=3)
-    assert scores[-2:] == [0.05, 1.0]  # the numpy patch of an earlier answer did not carry over
-    assert scores[-3] < 0.05  # the host file is not there to read
+    assert scores[-7:] == [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["secret.txt", "server"]
+
+
+def test_countdown_and_puzzle24_answers_must_be_arithmetic():
+    """Their scorers accept any sympy expression of the right value: `sign(...)` would turn a wrong answer right."""
+    pytest.importorskip("reasoning_gym")
+    from r1kit.rewards.reasoning_gym import score_completions
+
+    rec, entry = gym_record("countdown")  # numbers 66 34 98 54 6, target 164
+    answers = ["(98+66)*sign(34+54+6)", entry["answer"], "6*(98 - 54) - 34 - 65"]
+    scores = score_completions([f"<answer>{a}</answer>" for a in answers], [rec] * 3, timeout=3)
+    assert scores[1] == 1.0 and scores[0] < 0.05 and scores[2] < 1.0
 
 
 def test_an_answer_that_hangs_its_scorer_scores_zero_within_the_time_limit():
     pytest.importorskip("reasoning_gym")
     from r1kit.rewards.reasoning_gym import score_completions
 
-    rec, entry = countdown_record()
+    rec, entry = gym_record("countdown")
     start = time.monotonic()
     scores = score_completions(["<answer>9**9**9**9</answer>", f"<answer>{entry['answer']}</answer>"], [rec, rec],
                                timeout=1)

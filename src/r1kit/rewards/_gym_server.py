@@ -3,19 +3,22 @@
     python -I -S -c SOURCE        (stdin: a header line, then one request line per answer; stdout: one line each)
 
 Some scorers evaluate the answer as code (countdown and puzzle24 parse it with sympy's `parse_expr`, which calls
-`eval`), so an answer can run Python. This process therefore never scores: it imports reasoning-gym once (from the
+`eval`), so an answer could run Python. This process therefore never scores: it imports reasoning-gym once (from the
 read-only folders the header names), then forks one child per answer. The child drops its standard streams and every
-other descriptor but its result pipe, may not fork or grow its memory much, runs the scorer with `eval`/`exec`
-guarded (no names starting with `_`, no builtins that reach files, attributes or code), writes its score and exits.
-This process waits for it up to the time limit, then kills every other process in the jail (it is the jail's pid 1,
-which nothing inside can signal or read: it is not dumpable) and writes the verdict line. So an answer can at worst
-choose its own score, inside a jail with no host files, network or privileges, and never another answer's.
+other descriptor but its result pipe, may not fork, start threads or grow its memory much, and runs the scorer with
+`eval` allowed only on expressions of arithmetic, literals and sympy names (no attribute, subscript, lambda,
+comprehension or builtin: `check_expression`) and `exec` only of sympy's own set-up; it writes its score and exits. This process waits
+for it up to the time limit, kills every other process in the jail (as the jail's pid 1 with no signal handlers,
+nothing inside can signal it, and it is not dumpable, so nothing can read its memory or descriptors), empties the
+jail's /tmp and /dev/shm, and writes the verdict line. So an answer cannot run code, and even one that found a way
+could not leave the jail or touch another answer's verdict.
 
 Header: {"paths": [...], "timeout": seconds}. Request: {"generator", "options", "entry", "answer"}.
 Reply lines: {"ready": true}, then per request in order {"score": x} | {"error": "time" | "crash" | <exception name>}
 | {"unjudgeable": <why>}.
 """
 
+import ast
 import builtins
 import ctypes
 import json
@@ -28,40 +31,75 @@ import time
 
 MEMORY_HEADROOM = 512 << 20  # address space a child may add to what the imported scorer already maps
 RESULT_BYTES = 64
-FORBIDDEN_NAMES = {
-    "open", "exec", "eval", "compile", "getattr", "setattr", "delattr", "globals", "locals", "vars", "dir", "input",
-    "breakpoint", "exit", "quit", "help", "memoryview", "type", "object", "super", "classmethod", "staticmethod",
-    "property", "lambdify", "preview", "plot", "init_session", "init_printing", "var", "sympify", "parse_expr",
-    "format", "format_map", "mro", "subclasses", "func_globals", "gi_frame", "f_globals", "f_back", "tb_frame",
-}
+EXPRESSION_NODES = (  # what an evaluated answer may contain: arithmetic, literals, calls of allowed names
+    ast.Expression, ast.BinOp, ast.UnaryOp, ast.operator, ast.unaryop, ast.Constant, ast.Call, ast.keyword, ast.Name,
+    ast.Load, ast.Tuple, ast.List,
+)
 
 
-def code_names(code) -> set:
-    """Every global, attribute and variable name a code object (and the code objects nested in it) refers to, and
-    its string constants (a format string can reach attributes too)."""
-    names = set(code.co_names) | set(code.co_varnames)
-    for const in code.co_consts:
-        if hasattr(const, "co_names"):
-            names |= code_names(const)
-        elif isinstance(const, str):
-            names.add(const)
-    return names
+def allowed_value(value) -> bool:
+    """A name an answer may use: a sympy object or class (numbers, symbols, constants, `Integer`, `sin`, `Add`, ...)
+    or one of sympy's root functions; never a builtin, module or anything with file, attribute or code access."""
+    try:
+        import sympy
+    except ImportError:
+        return False
+    if isinstance(value, sympy.Basic) or isinstance(value, type) and issubclass(value, sympy.Basic):
+        return True
+    return value in (sympy.sqrt, sympy.cbrt, sympy.root)
 
 
-def refused(name: str) -> bool:
-    return "__" in name or name in FORBIDDEN_NAMES
+def lookup(name: str, namespaces: list):
+    """The value `name` would take in an eval with these namespaces (locals, globals, builtins); a sentinel when none
+    has it (the eval then raises NameError, which is harmless)."""
+    for namespace in namespaces:
+        if isinstance(namespace, dict) and name in namespace:
+            return namespace[name]
+    return lookup
 
 
-def guard(real, mode: str):
-    """`eval`/`exec` that refuse code naming dunders (`__import__`, `__class__`, ...) or builtins that reach files,
-    attributes, code or formatting; sympy's arithmetic (`Integer (6 )*Symbol ('x')`) passes."""
+def check_expression(source, namespaces: list) -> None:
+    """Raises ValueError unless `source` is an expression of allowed nodes whose names are allowed values: no
+    attribute, subscript, lambda, comprehension, walrus or f-string, so no way from the answer to Python's internals."""
+    if not isinstance(source, (str, bytes)):
+        raise ValueError("refused: a compiled code object evaluated while scoring an answer")
+    tree = ast.parse(source, "<answer>", "eval")
+    for node in ast.walk(tree):
+        if not isinstance(node, EXPRESSION_NODES):
+            raise ValueError(f"refused in an evaluated answer: {type(node).__name__}")
+        if isinstance(node, ast.Call) and not isinstance(node.func, ast.Name):
+            raise ValueError("refused in an evaluated answer: a call of something other than a name")
+        if isinstance(node, ast.Name):
+            value = lookup(node.id, namespaces)
+            if value is not lookup and not allowed_value(value):
+                raise ValueError(f"refused name in an evaluated answer: {node.id[:40]}")
+
+
+def guarded_eval(real):
+    """`eval` that checks its expression first (`check_expression`) against the namespaces it will run in (the
+    caller's, when none are given)."""
+
+    def guarded(source, globals=None, locals=None):  # noqa: A002 - eval's own parameter names
+        if globals is None:
+            caller = sys._getframe(1)
+            globals, locals = caller.f_globals, caller.f_locals if locals is None else locals
+        inherited = globals.get("__builtins__", builtins)
+        check_expression(source, [locals, globals, inherited if isinstance(inherited, dict) else vars(inherited)])
+        return real(source, globals, locals)
+
+    return guarded
+
+
+TRUSTED_EXEC = {"from sympy import *"}  # parse_expr's own namespace set-up
+
+
+def guarded_exec(real):
+    """`exec` of nothing but sympy's own set-up statements (an answer never needs statements)."""
 
     def guarded(source, *args, **kwargs):
-        code = source if hasattr(source, "co_names") else compile(source, "<answer>", mode)
-        bad = sorted(n for n in code_names(code) if refused(n))
-        if bad:
-            raise ValueError(f"refused names in an evaluated answer: {bad[:3]}")
-        return real(code, *args, **kwargs)
+        if not (isinstance(source, str) and source.strip() in TRUSTED_EXEC):
+            raise ValueError("refused: exec while scoring an answer")
+        return real(source, *args, **kwargs)
 
     return guarded
 
@@ -79,7 +117,7 @@ def score_in_child(scorer, answer, entry, timeout, write_fd) -> None:
         resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))
         seconds = max(1, int(timeout) + 1)
         resource.setrlimit(resource.RLIMIT_CPU, (seconds, seconds))
-        builtins.eval, builtins.exec = guard(builtins.eval, "eval"), guard(builtins.exec, "exec")
+        builtins.eval, builtins.exec = guarded_eval(builtins.eval), guarded_exec(builtins.exec)
         score = float(scorer.score_answer(answer, entry))
         os.write(write_fd, repr(score).encode()[:RESULT_BYTES])
     except BaseException as e:  # noqa: BLE001 - whatever the answer caused is its own verdict
@@ -136,7 +174,8 @@ def verdict(raw: bytes | None) -> dict:
         return {"error": "time"}
     text = raw.decode("ascii", "replace")
     if text.startswith("!"):
-        return {"error": text[1:] or "crash"}
+        name = text[1:]
+        return {"error": name if name.isidentifier() else "crash"}
     try:
         score = float(text)
     except ValueError:
@@ -144,9 +183,40 @@ def verdict(raw: bytes | None) -> dict:
     return {"score": score if score == score else 0.0}
 
 
+def drop_signal_handlers() -> None:
+    """Default dispositions for every signal: the kernel then drops whatever another process of the jail sends to
+    its init (this process, as pid 1). Python's own SIGINT handler would otherwise let an answer stop it."""
+    for number in signal.valid_signals():
+        try:
+            signal.signal(number, signal.SIG_DFL)
+        except (OSError, ValueError, RuntimeError):  # SIGKILL, SIGSTOP
+            pass
+
+
+def wipe(folder: str, keep: tuple = ()) -> None:
+    """Removes what answers left in a writable folder of the jail (the next answer starts from an empty one); the
+    folders named in `keep` stay, emptied."""
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return
+    for entry in entries:
+        try:
+            if entry.is_dir(follow_symlinks=False):
+                wipe(entry.path)
+                if entry.path not in keep:
+                    os.rmdir(entry.path)
+            else:
+                os.unlink(entry.path)
+        except OSError:
+            pass
+
+
 def main() -> None:
     libc = ctypes.CDLL(None)
     libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0: no other process of the jail may read this one's memory or fds
+    if os.getpid() == 1:
+        drop_signal_handlers()
     for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[name] = "1"
     out = os.fdopen(os.dup(1), "w")
@@ -180,6 +250,9 @@ def main() -> None:
         raw = wait_result(read_fd, timeout)
         os.close(read_fd)
         clear_children(child)
+        if os.getpid() == 1:  # in the jail: its tmpfs folders hold only what answers wrote
+            wipe("/tmp", keep=("/tmp/work",))  # the working folder bwrap made (this process's cwd)
+            wipe("/dev/shm")
         out.write(json.dumps(verdict(raw)) + "\n")
         out.flush()
 

@@ -10,8 +10,9 @@ source) holds the generator, its options and the entry the scorer compares again
 Every completion is hostile input, and some scorers evaluate the answer as code (countdown and puzzle24 parse it
 with sympy's `parse_expr`, i.e. `eval`). So answers are scored in the local sandbox's jail (`r1kit.sandbox`: no host
 files, network or privileges; the trainer's site-packages shown read-only so reasoning-gym imports), one jail per
-batch, one forked process per answer with `eval` guarded, a time limit (`reward_timeout`) and no way to touch another
-answer's verdict (`_gym_server.py`). An answer that raises, hangs or crashes its scorer scores 0.0 (logged once per
+batch, one forked process per answer where `eval` takes only arithmetic and sympy names, with a time limit
+(`reward_timeout`) and no way to touch another answer's verdict (`_gym_server.py`). countdown and puzzle24 answers
+must be plain arithmetic (their scorers accept any sympy expression of the right value). An answer that raises, hangs or crashes its scorer scores 0.0 (logged once per
 kind); the answer is cut to `MAX_ANSWER_CHARS` first. A row that cannot be judged (no or unreadable
 `reasoning_gym` record, an unknown generator, reasoning-gym missing) and a jail that cannot start score None,
 which TRL leaves out of the group baseline. Where no jail can run, scoring stops with what to install unless the
@@ -91,6 +92,9 @@ SERVER = Path(__file__).with_name("_gym_server.py")
 JAIL_SITE = "/opt/r1kit-site"
 STARTUP_SECONDS = 30.0  # jail start and `import reasoning_gym` (about 2 s here), generous for a loaded machine
 JAIL_MEMORY = 2 << 30  # the whole jail (scorer process, one child, its tmpfs) where cgroups can cap it
+RESTARTS = 3  # fresh jails for the rest of a batch after the scorer process stopped mid-batch
+ARITHMETIC_GENERATORS = {"countdown", "puzzle24"}
+_ARITHMETIC = re.compile(r"[0-9\s+\-*/().]*")
 
 
 def _report_once(kind: str, message: str, *args) -> None:
@@ -115,6 +119,15 @@ def _site_folders() -> list[str]:
     return list(seen)
 
 
+def _arithmetic_only(generator: str, answer: str) -> str:
+    """The answer as the scorer may see it. countdown and puzzle24 ask for an arithmetic expression of the given
+    numbers but accept anything sympy evaluates (`(98+66)*sign(34+54+6)` scores 1.0 on countdown); an answer that is
+    not digits, + - * / and brackets reaches them empty (their "no answer" score)."""
+    if generator in ARITHMETIC_GENERATORS and not _ARITHMETIC.fullmatch(answer):
+        return ""
+    return answer
+
+
 def _run_server(requests: list[dict], timeout: float, isolate: bool) -> tuple[list[dict] | None, str]:
     """Runs `_gym_server.py` on the requests: in a fresh jail, or (`isolate=False`) as a plain subprocess. Returns
     (its reply lines after `ready`, or None when it never became ready; stderr's last line)."""
@@ -126,14 +139,17 @@ def _run_server(requests: list[dict], timeout: float, isolate: bool) -> tuple[li
     header = {"paths": list(inside.values()), "timeout": timeout}
     stdin = "".join(json.dumps(line) + "\n" for line in [header, *requests]).encode()
     args = ["-c", SERVER.read_text()]
-    max_stdout = 4096 + 256 * len(requests)
-    if isolate:
-        done = run_in_jail(args, stdin, budget, tmp_bytes=16 << 20, memory_bytes=JAIL_MEMORY, max_processes=4,
-                           max_stdout=max_stdout, read_only=inside)
-    else:
-        proc = subprocess.Popen([sys.executable, "-I", "-S", *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, start_new_session=True)
-        done = collect(proc, stdin, budget, max_stdout)
+    max_stdout = 4096 + 512 * len(requests)  # a verdict line is under 400 bytes
+    try:
+        if isolate:
+            done = run_in_jail(args, stdin, budget, tmp_bytes=16 << 20, memory_bytes=JAIL_MEMORY, max_processes=4,
+                               max_stdout=max_stdout, read_only=inside)
+        else:
+            proc = subprocess.Popen([sys.executable, "-I", "-S", *args], stdin=subprocess.PIPE,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+            done = collect(proc, stdin, budget, max_stdout)
+    except (OSError, subprocess.SubprocessError) as e:  # could not start (no memory, no processes): infrastructure
+        return None, f"{type(e).__name__}: {e}"
     lines = done.stdout.decode("utf-8", "replace").splitlines()
     why = (done.stderr.decode("utf-8", "replace").strip().splitlines() or [done.stopped or f"exit code {done.code}"])[-1]
     if not lines or lines[0] != '{"ready": true}':
@@ -227,7 +243,7 @@ def score_completions(
         parsed = _parse_record(record)
         if parsed is None:
             continue
-        answer = extract_answer(completion, str(parsed["entry"]["answer"]), mode)
+        answer = _arithmetic_only(parsed["generator"], extract_answer(completion, str(parsed["entry"]["answer"]), mode))
         requests.append({"generator": parsed["generator"], "options": parsed.get("options", {}),
                          "entry": parsed["entry"], "answer": answer})
         places.append(i)
@@ -244,12 +260,24 @@ def score_completions(
     if not isolate:
         _report_once("unjailed", "No jail here: reasoning-gym answers are scored WITHOUT isolation "
                      "(allow_unsandboxed_code_execution: true).")
-    replies, why = _run_server(requests, timeout, isolate)
-    if replies is None:  # never ready: infrastructure, not the answers
-        _report_once("start", "The reasoning-gym scorer could not start (%s); rows skipped (logged once).", why)
-        return scores
-    for n, place in enumerate(places):
-        scores[place] = _verdict(replies[n] if n < len(replies) else None)
+    done = 0  # requests with a verdict; after a scorer process stopped mid-batch, the rest go to a fresh jail
+    for _attempt in range(RESTARTS + 1):
+        replies, why = _run_server(requests[done:], timeout, isolate)
+        if replies is None:  # never ready: infrastructure, not the answers
+            _report_once("start", "The reasoning-gym scorer could not start (%s); rows skipped (logged once).", why)
+            return scores
+        for reply in replies[: len(requests) - done]:
+            scores[places[done]] = _verdict(reply)
+            done += 1
+        if done == len(requests):
+            break
+        scores[places[done]] = _verdict(None)  # the answer in flight when the scorer process stopped caused it
+        done += 1
+        if done == len(requests):
+            break
+    else:
+        _report_once("restarts", "The reasoning-gym scorer stopped %d times in one batch; its last %d answers are "
+                     "skipped (logged once).", RESTARTS + 1, len(requests) - done)
     return scores
 
 
@@ -258,11 +286,6 @@ def probe_ok() -> bool:
     from r1kit.sandbox.jail import probe
 
     return probe() is None
-
-
-def score_completion(completion: str, record: Any, timeout: float = 5.0, mode: str = "last_number") -> float | None:
-    """`score_completions` for one completion (a jail per call: score batches with `score_completions`)."""
-    return score_completions([completion], [record], timeout, mode)[0]
 
 
 def make_reasoning_gym_reward(script_args: Any, training_args: Any = None) -> Callable:
