@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from r1kit.callbacks import PushToHubRevisionCallback, check_hub_revision
-from r1kit.configs import ConfigError, parse_args
+from r1kit.configs import parse_args
+from r1kit.errors import ConfigError
 from r1kit.grpo import pipeline as main
 from r1kit.hub import HfHub, LocalHub
 from tests.helpers import tiny_recipe, write_recipe

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from r1kit.cli import main as cli_main
-from r1kit.configs import ConfigError, ConfigWarning, GRPOScriptArguments, parse_args
+from r1kit.configs import GRPOScriptArguments, parse_args
+from r1kit.errors import ConfigError, ConfigWarning
 from r1kit.preflight import validate_args
 from tests.helpers import write_recipe
 

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from r1kit.configs import ConfigError
 from r1kit.decontaminate import (
     Benchmark,
     NgramIndex,
@@ -20,6 +19,7 @@ from r1kit.decontaminate import (
     load_benchmark_questions,
     run,
 )
+from r1kit.errors import ConfigError
 
 QUESTION = ("Let ABC be a triangle with AB = 13, BC = 14 and CA = 15. The incircle of the triangle touches side BC "
             "at D. Find the length of the segment AD.")

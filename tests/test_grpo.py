@@ -15,6 +15,7 @@ import pytest
 
 from r1kit.checkpoints import find_resume_checkpoint
 from r1kit.configs import parse_args
+from r1kit.errors import ConfigError
 from r1kit.grpo import pipeline as main
 from tests.helpers import tiny_recipe, write_recipe
 
@@ -187,8 +188,6 @@ def test_lora_run_saves_an_adapter(tmp_path, tiny_model_dir, math_jsonl):
 
 
 def test_missing_reward_column_fails_before_the_model_loads(tmp_path, math_jsonl):
-    from r1kit.configs import ConfigError
-
     model = tmp_path / "config-only-model"  # passes the path check, but could not be loaded
     model.mkdir()
     (model / "config.json").write_text("{}")

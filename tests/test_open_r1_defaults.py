@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from r1kit.configs import OPEN_R1_DEFAULTS, ConfigError, ConfigWarning, parse_args
+from r1kit.configs import OPEN_R1_DEFAULTS, parse_args
+from r1kit.errors import ConfigError, ConfigWarning
 from tests.helpers import write_recipe
 
 ROOT = Path(__file__).resolve().parents[1]

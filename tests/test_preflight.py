@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from r1kit import preflight
-from r1kit.configs import ConfigError
+from r1kit.errors import ConfigError
 
 
 def training(**kw):

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from r1kit.configs import ConfigError
 from r1kit.data import check_reward_columns, load_source
+from r1kit.errors import ConfigError
 
 CHAIN_SUM = {"min_terms": 2, "max_terms": 3, "min_digits": 1, "max_digits": 2, "train_size": 120, "test_size": 30}
 

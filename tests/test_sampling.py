@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from r1kit.configs import ConfigError, parse_args
+from r1kit.configs import parse_args
+from r1kit.errors import ConfigError
 from r1kit.grpo import setup, train
 from r1kit.sampling import CurriculumRules, PromptPicker, join_pieces, prompt_key
 from tests.helpers import tiny_recipe, write_recipe

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from r1kit.configs import GRPOScriptArguments
+from r1kit.errors import ConfigError
 from r1kit.rewards import get_reward_funcs
 from r1kit.sandbox import (
     SANDBOX_ERROR,
@@ -250,7 +251,6 @@ def test_unknown_languages_stop_before_training():
 
 
 def test_without_a_jail_local_code_rewards_stop_before_training(monkeypatch):
-    from r1kit.configs import ConfigError
     from r1kit.rewards.code import check_code_execution
     from r1kit.sandbox import jail, local
 

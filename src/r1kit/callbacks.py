@@ -21,6 +21,7 @@ from typing import Any
 from transformers import TrainerCallback
 from transformers.trainer_callback import ProgressCallback
 
+from r1kit.errors import ConfigError
 from r1kit.rewards.verify import DEFAULT_TIMEOUT
 
 logger = logging.getLogger(__name__)
@@ -110,8 +111,6 @@ class CompactProgressCallback(ProgressCallback):
 
 
 def _heldout_accuracy(script_args, training_args, dataset, tokenizer, is_main_process) -> TrainerCallback:
-    from r1kit.configs import ConfigError
-
     split = script_args.dataset_test_split
     if split not in dataset:
         raise ConfigError(f"callback heldout_accuracy needs a '{split}' split (dataset_test_split); splits: {list(dataset)}")
@@ -293,7 +292,6 @@ def _evaluate_benchmarks(script_args, training_args, dataset, tokenizer, is_main
 def check_hub_revision(training_args, client=None) -> None:
     """Before training: refuse to overwrite published revisions unless `overwrite_hub_revision` (Open-R1 defines
     this check but never calls it)."""
-    from r1kit.configs import ConfigError
     from r1kit.hub import get_hub_client
 
     if not training_args.push_to_hub_revision or training_args.overwrite_hub_revision:

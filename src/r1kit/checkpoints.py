@@ -12,7 +12,7 @@ import logging
 import re
 from pathlib import Path
 
-from r1kit.configs import ConfigError
+from r1kit.errors import ConfigError
 
 logger = logging.getLogger("r1kit")
 

@@ -27,20 +27,13 @@ import trl.trainer.model_config
 import yaml
 from trl import ScriptArguments, TrlParser
 
+from r1kit.errors import ConfigError, ConfigWarning, one_line
 from r1kit.machine import has_cuda, installed
 from r1kit.rewards.verify import DEFAULT_TIMEOUT
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_RECIPE = Path(__file__).parent / "recipes" / "demo_grpo.yaml"
-
-
-class ConfigError(ValueError):
-    """A recipe or command line that cannot run. The message says what to change."""
-
-
-class ConfigWarning(UserWarning):
-    """A recipe value r1kit changed (renamed key, dropped key, bf16 without a GPU)."""
 
 
 # The world size a recipe is being checked for (`--dry-run --world-size N`), set by `parse_args(world_size=N)` for the
@@ -1011,7 +1004,7 @@ def _parse_args(argv, default_config, dataclass_types):
             recipe = next((a for a in extra if a.endswith((".yaml", ".yml"))), None)
             hint = f"; to read a recipe, write --config {recipe}" if recipe else "; options are --key value"
             raise ConfigError(f"unexpected argument(s) {extra or str(e)}{hint}") from None
-        raise ConfigError(" ".join(str(e).split())) from e
+        raise ConfigError(one_line(e, 10_000)) from e
     training_args = parsed[1]
     if isinstance(training_args, GRPOConfig):
         _apply_vllm_server_keys(explicit, training_args)

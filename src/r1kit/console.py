@@ -11,6 +11,8 @@ import sys
 import warnings
 from collections.abc import Callable
 
+from r1kit.errors import ConfigError
+
 
 def error(message: str) -> int:
     """Prints the one-line error every r1kit command uses; returns the exit code 2."""
@@ -26,11 +28,7 @@ def one_line_errors(command):
     def run(*args, **kwargs) -> int:
         try:
             return command(*args, **kwargs)
-        except Exception as e:
-            # ConfigError lives in r1kit.configs, which imports TRL: when it was never imported, none was raised.
-            configs = sys.modules.get("r1kit.configs")
-            if configs is None or not isinstance(e, configs.ConfigError):
-                raise  # a bug of ours: keep the traceback
+        except ConfigError as e:  # anything else is a bug of ours and keeps its traceback
             return error(str(e))
 
     return run
@@ -40,8 +38,6 @@ class ArgumentParser(argparse.ArgumentParser):
     """argparse with r1kit's error shape: one line naming the option, instead of the usage and a second line."""
 
     def error(self, message: str):
-        from r1kit.configs import ConfigError
-
         raise ConfigError(f"{message} (see {self.prog} --help)")
 
 
@@ -71,8 +67,6 @@ def shape_warnings() -> None:
 
 def parse_world_size(argv: list[str], dry: bool) -> tuple[list[str], int | None]:
     """Takes `--world-size N` out of `argv` (it goes with --dry-run: check a recipe as launched on N processes)."""
-    from r1kit.configs import ConfigError
-
     if "--world-size" not in argv:
         return argv, None
     i = argv.index("--world-size")

@@ -10,7 +10,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from r1kit.configs import ConfigError, DatasetMixtureConfig
+from r1kit.configs import DatasetMixtureConfig
+from r1kit.errors import ConfigError, one_line
 from r1kit.reasoning_gym import is_gym_source, load_gym_source
 from r1kit.tasks import BUILTIN_PREFIX
 
@@ -38,7 +39,7 @@ def progress_bars(show: bool):
 
 
 def _error_text(e: BaseException) -> str:
-    return " ".join(str(e).split())[:300] or type(e).__name__
+    return one_line(e)
 
 
 def _is_saved_dataset(path: Path) -> bool:

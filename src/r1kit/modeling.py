@@ -11,6 +11,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from r1kit.errors import ConfigError, one_line
 from r1kit.machine import has_cuda, installed
 from r1kit.tasks import BUILTIN_PREFIX
 
@@ -137,8 +138,6 @@ def resolve_model_path(name: str, gguf_file: str | None = None) -> str:
     if which == "smollm2-135m":
         return gguf_to_folder(_smollm2_gguf())
     if which not in BUILTIN_MODELS:
-        from r1kit.configs import ConfigError
-
         raise ConfigError(
             f"model_name_or_path: unknown built-in model '{name}'; available: {', '.join(BUILTIN_PREFIX + m for m in BUILTIN_MODELS)}"
         )
@@ -160,9 +159,7 @@ def resolve_model_path(name: str, gguf_file: str | None = None) -> str:
 
 def _load_error(what: str, name: str, e: BaseException):
     """The `ConfigError` for a model or tokenizer that `from_pretrained` cannot load (missing files, the Hub)."""
-    from r1kit.configs import ConfigError
-
-    reason = " ".join(str(e).split())[:300] or type(e).__name__
+    reason = one_line(e)
     return ConfigError(f"model_name_or_path: cannot load the {what} of {name}: {reason}")
 
 

@@ -31,7 +31,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from r1kit.configs import ConfigError
+from r1kit.errors import ConfigError
 
 logger = logging.getLogger("r1kit")
 GENERATIONS = "generations.jsonl"

@@ -15,7 +15,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from r1kit.configs import ConfigError, ConfigWarning
+from r1kit.errors import ConfigError, ConfigWarning, one_line
 from r1kit.machine import has_cuda, installed
 from r1kit.tasks import BUILTIN_PREFIX
 
@@ -315,7 +315,7 @@ def hub_problem(repo_id: str, kind: str, revision: str | None = None, timeout: f
     except RepositoryNotFoundError:
         return f"no {kind} '{repo_id}' on the Hub (or it is private: log in with hf auth login); check the id or use a local path"
     except Exception as e:  # noqa: BLE001 - DNS, refused connection, timeout, proxy: whatever keeps the Hub away
-        reason = " ".join(str(e).split())[:160] or type(e).__name__
+        reason = one_line(e, 160)
         return (
             f"'{repo_id}' is a Hub id, but the Hub cannot be reached ({reason}); check the network, "
             "use a local path, or set HF_HUB_OFFLINE=1 to use the local cache"
@@ -514,7 +514,7 @@ def check_hub_push(hub_model_id: str | None, field: str = "push_to_hub") -> None
     except LocalTokenNotFoundError:
         raise ConfigError(f"{field}: true, but you are not logged in to the Hub: run hf auth login (or set HF_TOKEN)") from None
     except Exception as e:  # noqa: BLE001 - DNS, refused connection, an expired token
-        reason = " ".join(str(e).split())[:160] or type(e).__name__
+        reason = one_line(e, 160)
         raise ConfigError(f"{field}: true, but the Hub cannot be used ({reason}); set push_to_hub: false, or fix the network or login") from None
 
 

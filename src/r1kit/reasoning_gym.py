@@ -24,7 +24,7 @@ import logging
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from r1kit.configs import ConfigError
+from r1kit.errors import ConfigError, one_line
 
 logger = logging.getLogger(__name__)
 
@@ -66,7 +66,7 @@ def build_generator(generator: str, options: dict, size: int, seed: int):
     try:
         return reasoning_gym.create_dataset(generator, size=size, seed=seed, **options)
     except (TypeError, ValueError, AssertionError) as e:  # unknown option, value out of range (config.validate)
-        detail = " ".join(str(e).split())[:300] or type(e).__name__
+        detail = one_line(e)
         raise ConfigError(f"dataset_options: reasoning-gym:{generator} rejects its options {options}: {detail}") from None
 
 

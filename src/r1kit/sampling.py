@@ -40,7 +40,7 @@ from typing import Any
 import torch
 from trl import GRPOTrainer
 
-from r1kit.configs import ConfigError
+from r1kit.errors import ConfigError
 
 logger = logging.getLogger("r1kit")
 

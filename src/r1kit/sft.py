@@ -28,7 +28,8 @@ from typing import Any
 
 from trl import ScriptArguments
 
-from r1kit.configs import ConfigError, check_data_fields
+from r1kit.configs import check_data_fields
+from r1kit.errors import ConfigError
 
 logger = logging.getLogger("r1kit")
 BUILTIN_TASK = "r1kit:addition"

@@ -13,6 +13,8 @@ import json
 import random
 from pathlib import Path
 
+from r1kit.errors import ConfigError
+
 BUILTIN_PREFIX = "r1kit:"  # names of what r1kit builds itself: r1kit:addition, r1kit:demo, ...
 ADDITION_PROMPT = "{a}+{b}="
 TASKS = ("addition",)
@@ -83,8 +85,6 @@ ADDITION_OPTIONS = ("train_size", "test_size", "seed", "min_digits", "max_digits
 
 def check_addition_options(options: dict) -> dict:
     """`dataset_options` of `r1kit:addition`, checked: known names, positive integers, min_digits <= max_digits."""
-    from r1kit.configs import ConfigError
-
     unknown = sorted(set(options) - set(ADDITION_OPTIONS))
     if unknown:
         raise ConfigError(f"dataset_options: r1kit:addition has no option {', '.join(unknown)}; options: "

@@ -14,6 +14,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from r1kit.errors import ConfigError
 from r1kit.rewards.format import fenced_blocks
 from r1kit.rewards.text import per_sample, texts
 from r1kit.sandbox import LANGUAGES, SANDBOX_ERROR, Program, get_provider
@@ -164,7 +165,6 @@ def check_code_execution(script_args: Any) -> None:
     `allow_unsandboxed_code_execution` opt-in). Raises ConfigError saying what to install or which provider to use."""
     if not uses_local_sandbox(script_args) or script_args.allow_unsandboxed_code_execution:
         return
-    from r1kit.configs import ConfigError
     from r1kit.sandbox.jail import JailUnavailable, require_jail
 
     try:

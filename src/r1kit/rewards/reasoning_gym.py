@@ -33,6 +33,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from r1kit.errors import ConfigError
 from r1kit.reasoning_gym import is_number
 from r1kit.rewards.text import per_sample, texts
 
@@ -210,8 +211,6 @@ def check_gym_scoring(script_args: Any, training_args: Any) -> None:
         return  # nothing to score, or the missing extra, which the data check names
     problem = _jail_problem(bool(getattr(script_args, "allow_unsandboxed_code_execution", False)))
     if problem:
-        from r1kit.configs import ConfigError
-
         raise ConfigError(problem)
 
 
