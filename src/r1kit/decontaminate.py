@@ -34,7 +34,6 @@ A row that matches several benchmarks counts under each; `removed` counts it onc
 from __future__ import annotations
 
 import argparse
-import difflib
 import json
 import logging
 import os
@@ -43,16 +42,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from r1kit.errors import ConfigError, one_line
+from r1kit.benchmarks import NAMES, OPEN_R1, REGISTRY, question_texts
+from r1kit.console import run_module
+from r1kit.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_NGRAM = 8
 REPORT_FILE = "report.json"
-OPEN_R1_SETS = ("math_500", "aime24", "aime25", "gpqa", "lcb_v4")  # Open-R1's decontamination targets
-# Benchmark rows by schema (the ones `evaluation.items_from_rows` reads): the column holding the question.
-LCB_COLUMNS = ("question_content", "public_test_cases")
-GPQA_COLUMNS = ("Question", "Correct Answer", "Incorrect Answer 1")
 BATCH_ROWS = 10_000
 
 
@@ -86,97 +83,22 @@ def row_text(value: Any) -> str:
 # Benchmarks
 # --------------------------------------------------------------------------------------------------------------------
 @dataclass
-class Benchmark:
-    """One benchmark's questions, as the name the user gave (a built-in name or a file path)."""
+class QuestionSet:
+    """One benchmark's questions, under the name the user gave (a built-in name or a file path)."""
 
     name: str
     questions: list[str]
 
 
-def question_column(row: dict) -> str:
-    """The column of a benchmark row that holds its question, by the schemas `r1kit evaluate` reads."""
-    if all(c in row for c in LCB_COLUMNS):
-        return "question_content"
-    if all(c in row for c in GPQA_COLUMNS):
-        return "Question"
-    return "problem"
-
-
-def benchmark_names() -> list[str]:
-    from r1kit.evaluation import BUILTIN_BENCHMARKS
-
-    return list(dict.fromkeys(BUILTIN_BENCHMARKS))
-
-
-def load_benchmark_questions(name: str, field_name: str = "--benchmarks") -> Benchmark:
-    """The questions of a built-in benchmark (Hub or `addition`/`humaneval`) or of a local .jsonl file of one of
-    the schemas `r1kit evaluate` reads. Raises a `ConfigError` naming `field_name`."""
-    from r1kit.evaluation import HUB_BENCHMARKS, load_benchmark
-
-    if name in HUB_BENCHMARKS:
-        return Benchmark(name, [row_text(r) for r in _hub_column(name, field_name)])
-    if name in benchmark_names():  # addition, humaneval: the prompts r1kit evaluate asks
-        try:
-            _, items = load_benchmark(name)
-        except ConfigError as e:
-            raise ConfigError(f"{field_name}: {e}") from None
-        return Benchmark(name, [str(item["problem"]) for item in items])
-    path = Path(os.path.expanduser(name))
-    if path.suffix.lower() == ".jsonl" or path.exists():
-        return Benchmark(name, _file_questions(path, name, field_name))
-
-    near = difflib.get_close_matches(name, benchmark_names(), n=1)
-    hint = f" (did you mean '{near[0]}'?)" if near else ""
-    raise ConfigError(
-        f"{field_name}: unknown benchmark '{name}'{hint}; built in: {', '.join(benchmark_names())}, or a local .jsonl"
-    )
-
-
-def _hub_column(name: str, field_name: str) -> list:
-    """The question column of a Hub benchmark, loaded from the dataset, config and split `r1kit evaluate` uses."""
-    from datasets import load_dataset
-
-    from r1kit.evaluation import HUB_BENCHMARKS
-
-    dataset_id, config, split, question, _ = HUB_BENCHMARKS[name]
-    logger.info("Loading benchmark %s (%s)", name, dataset_id)
+def load_benchmark_questions(name: str, field_name: str = "--benchmarks") -> QuestionSet:
+    """The questions of a built-in benchmark or of a local .jsonl file of one of the schemas `r1kit evaluate` reads
+    (`r1kit.benchmarks.question_texts`). Raises a `ConfigError` naming `field_name`."""
+    if name in REGISTRY and REGISTRY[name].dataset:
+        logger.info("Loading benchmark %s (%s)", name, REGISTRY[name].dataset)
     try:
-        if name == "lcb_v4":  # as evaluation.load_benchmark loads it
-            ds = load_dataset(dataset_id, split=split, version_tag=config, trust_remote_code=True)
-        else:
-            ds = load_dataset(dataset_id, config, split=split)
-        return ds[question]
-    except Exception as e:  # noqa: BLE001 - offline machines cannot reach the Hub; any failure is the same advice
-        text = one_line(e, 200)
-        raise ConfigError(
-            f"{field_name}: benchmark {name} needs the Hub dataset {dataset_id}, which is not reachable ({text}); "
-            "go online, or pass a local .jsonl of its rows"
-        ) from None
-
-
-def _file_questions(path: Path, name: str, field_name: str) -> list[str]:
-    if not path.is_file():
-        where = f" (relative to {Path.cwd()})" if not path.is_absolute() else ""
-        raise ConfigError(f"{field_name}: {name} does not exist{where}; fix the path")
-    if path.suffix.lower() != ".jsonl":
-        raise ConfigError(f"{field_name}: {name} is not a .jsonl file; benchmark files are JSON lines")
-    rows = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if line.strip():
-            try:
-                rows.append(json.loads(line))
-            except ValueError as e:
-                raise ConfigError(f"{field_name}: {name} line {number} is not JSON ({e})") from None
-    if not rows:
-        raise ConfigError(f"{field_name}: {name} has no rows; add rows, or remove it from {field_name}")
-    column = question_column(rows[0])
-    missing = [i for i, r in enumerate(rows, 1) if not isinstance(r, dict) or column not in r]
-    if missing:
-        raise ConfigError(
-            f"{field_name}: {name} row {missing[0]} has no '{column}' column; benchmark rows need `problem` "
-            "(or LiveCodeBench's `question_content` and `public_test_cases`, or GPQA's `Question` and answers)"
-        )
-    return [row_text(r[column]) for r in rows]
+        return QuestionSet(name, question_texts(name))
+    except ConfigError as e:
+        raise ConfigError(f"{field_name}: {e}") from None
 
 
 @dataclass
@@ -184,12 +106,12 @@ class NgramIndex:
     """The n-grams of a set of benchmarks: each n-gram (a tuple of words) -> a bit mask of the benchmarks it is in."""
 
     n: int
-    benchmarks: list[Benchmark]
+    benchmarks: list[QuestionSet]
     masks: dict[tuple[str, ...], int] = field(default_factory=dict)
     short_questions: dict[str, int] = field(default_factory=dict)
 
     @classmethod
-    def build(cls, benchmarks: list[Benchmark], n: int = DEFAULT_NGRAM) -> NgramIndex:
+    def build(cls, benchmarks: list[QuestionSet], n: int = DEFAULT_NGRAM) -> NgramIndex:
         index = cls(n, benchmarks)
         for bit, benchmark in enumerate(benchmarks):
             short = 0
@@ -229,7 +151,7 @@ def find_contaminated(texts, index: NgramIndex, total: int | None = None) -> dic
     with a progress bar when there are many."""
     from tqdm.auto import tqdm
 
-    from r1kit.data import SMALL_ROWS
+    from r1kit.data import SMALL_ROWS  # deferred: trl
 
     found = {}
     bar = tqdm(texts, total=total, desc="Decontaminating", unit=" rows", disable=(total or 0) < SMALL_ROWS)
@@ -300,7 +222,7 @@ def load_training_split(name: str, split: str, config: str | None = None):
     """The `split` of a Hub id, a local data file or folder, or a `save_to_disk` dataset, as one `Dataset`."""
     from datasets import DatasetDict
 
-    from r1kit.data import load_source
+    from r1kit.data import load_source  # deferred: trl
 
     if not Path(os.path.expanduser(name)).exists():  # a Hub id: fetch only the split asked for
         return load_source(name, config, split, field="--dataset")
@@ -333,7 +255,7 @@ def check_output(output: str, dataset: str) -> Path:
 def write_output(kept, report: dict, out: Path, split: str, fmt: str) -> None:
     from datasets import DatasetDict
 
-    from r1kit.data import SMALL_ROWS, progress_bars
+    from r1kit.data import SMALL_ROWS, progress_bars  # deferred: trl
 
     out.mkdir(parents=True, exist_ok=True)
     with progress_bars(len(kept) >= SMALL_ROWS):
@@ -360,8 +282,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     )
     parser.add_argument("--dataset", required=True, help="training data: a Hub id, a local file or folder, or a "
                         "save_to_disk dataset")
-    parser.add_argument("--benchmarks", required=True, help="comma-separated: " + ", ".join(OPEN_R1_SETS) +
-                        " (or addition, humaneval), or local .jsonl files")
+    parser.add_argument("--benchmarks", required=True, help=f"comma-separated: {', '.join(NAMES)}, or local .jsonl "
+                        f"files (Open-R1 decontaminates against {','.join(OPEN_R1)})")
     parser.add_argument("--output", required=True, help="folder for the kept rows and report.json")
     parser.add_argument("--ngram", type=int, default=DEFAULT_NGRAM, help="words per n-gram (default 8)")
     parser.add_argument("--column", default="problem", help="training column holding the problem (default problem)")
@@ -377,7 +299,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--ngram must be >= 1, got {args.ngram}")
     names = [b.strip() for b in args.benchmarks.split(",") if b.strip()]
     if not names:
-        raise ConfigError("--benchmarks: name at least one benchmark, e.g. " + ",".join(OPEN_R1_SETS))
+        raise ConfigError("--benchmarks: name at least one benchmark, e.g. " + ",".join(OPEN_R1))
     out = check_output(args.output, args.dataset)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s - %(levelname)s - %(name)s - %(message)s")
 
@@ -401,6 +323,4 @@ def run(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    from r1kit.console import run_module
-
     sys.exit(run_module("decontaminate", add_parser))

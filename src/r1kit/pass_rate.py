@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from r1kit.errors import ConfigError
+from r1kit.generation import Sampler, load_sampler
 
 logger = logging.getLogger("r1kit")
 GENERATIONS = "generations.jsonl"
@@ -120,28 +121,15 @@ def finished_indices(path: Path) -> set[int]:
 # --------------------------------------------------------------------------------------------------------------------
 # The run
 # --------------------------------------------------------------------------------------------------------------------
-def sampler(model_args, training_args, tokenizer):
+def sampler(model_args, training_args, tokenizer) -> Sampler:
     """A function from chat-formatted prompts to `num_generations` sampled completions each, with the model loaded
-    once: vLLM when it is installed with a GPU, batched transformers otherwise."""
-    from r1kit.evaluation import _vllm_available, generate
-    from r1kit.modeling import get_model, resolve_model_path
+    once: vLLM when it is installed with a GPU, batched transformers (the recipe's model loading) otherwise."""
+    from r1kit.modeling import get_model, resolve_model_path  # deferred: trl
 
-    n, max_new = training_args.num_generations, training_args.max_completion_length
-    temperature, top_p = training_args.temperature, training_args.top_p
-    if _vllm_available():
-        from vllm import LLM, SamplingParams
-
-        llm = LLM(model=str(resolve_model_path(model_args.model_name_or_path, model_args.gguf_file)))
-        params = SamplingParams(n=n, max_tokens=max_new, temperature=temperature, top_p=top_p)
-        return lambda prompts: [[o.text for o in out.outputs] for out in llm.generate(prompts, params)]
-    model = get_model(model_args, training_args)
-
-    def sample(prompts: list[str]) -> list[list[str]]:
-        flat = generate(model, tokenizer, [p for p in prompts for _ in range(n)], max_new, temperature=temperature,
-                        top_p=top_p)
-        return [flat[i * n : (i + 1) * n] for i in range(len(prompts))]
-
-    return sample
+    path = str(resolve_model_path(model_args.model_name_or_path, model_args.gguf_file))
+    return load_sampler(path, training_args.num_generations, training_args.max_completion_length,
+                        training_args.temperature, training_args.top_p,
+                        load_model=lambda: (get_model(model_args, training_args), tokenizer))
 
 
 def select_rows(script_args, filter_args):

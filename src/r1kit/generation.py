@@ -1,0 +1,94 @@
+"""Generation: completions of chat-formatted prompts, with vLLM when it can run here, else batched `transformers`.
+
+`generate` runs a loaded model (greedy, or sampled with a temperature); `load_sampler` loads a model once and hands
+back a function from prompts to `n` sampled completions each; `sample_n` does both for one set of prompts. `r1kit
+evaluate` and `r1kit pass-rate` sample through `load_sampler`, the held-out accuracy callback through `generate`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from r1kit.machine import has_cuda, installed
+
+Sampler = Callable[[list[str]], list[list[str]]]
+
+
+def vllm_available() -> bool:
+    """Whether vLLM can generate here: installed, with a CUDA GPU."""
+    return installed("vllm") and has_cuda()
+
+
+def generate(model, tokenizer, prompts: list[str], max_new_tokens: int, batch_size: int = 64,
+             temperature: float = 0.0, top_p: float = 1.0) -> list[str]:
+    """One completion per prompt (`prompts` already chat-formatted), batched and left-padded.
+
+    Args:
+        max_new_tokens (`int`): tokens generated per completion at most.
+        batch_size (`int`, defaults to `64`): prompts generated together.
+        temperature (`float`, defaults to `0.0`): greedy when 0, else sampled at this temperature.
+        top_p (`float`, defaults to `1.0`): nucleus sampling (only when sampling).
+    """
+    import torch
+
+    side, tokenizer.padding_side = tokenizer.padding_side, "left"
+    was_training = model.training
+    model.eval()
+    completions: list[str] = []
+    try:
+        for i in range(0, len(prompts), batch_size):
+            batch = tokenizer(prompts[i : i + batch_size], return_tensors="pt", padding=True, add_special_tokens=False)
+            batch = {k: v.to(model.device) for k, v in batch.items()}
+            sampling = {"do_sample": True, "temperature": temperature, "top_p": top_p} if temperature > 0 else {"do_sample": False}
+            with torch.inference_mode():
+                out = model.generate(
+                    **batch, max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id,
+                    eos_token_id=tokenizer.eos_token_id, **sampling,
+                )
+            new_tokens = out[:, batch["input_ids"].shape[1] :]
+            completions += tokenizer.batch_decode(new_tokens, skip_special_tokens=True)
+    finally:
+        tokenizer.padding_side = side
+        model.train(was_training)
+    return completions
+
+
+def _from_pretrained(model_path: str) -> tuple[Any, Any]:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    return AutoModelForCausalLM.from_pretrained(model_path), AutoTokenizer.from_pretrained(model_path)
+
+
+def load_sampler(model_path: str, n: int, max_new_tokens: int, temperature: float, top_p: float,
+                 load_model: Callable[[], tuple[Any, Any]] | None = None) -> Sampler:
+    """Loads the model once; returns a function from chat-formatted prompts to `n` completions each.
+
+    Args:
+        model_path (`str`): the model folder or Hub id (what vLLM loads).
+        n (`int`): completions per prompt.
+        max_new_tokens (`int`): tokens generated per completion at most.
+        temperature (`float`) / top_p (`float`): the sampling (greedy at temperature 0).
+        load_model (`Callable[[], tuple]` or `None`, defaults to `None`): `(model, tokenizer)` for batched
+            `transformers` when vLLM cannot run here; `None` loads both from `model_path`.
+    """
+    if vllm_available():
+        from vllm import LLM, SamplingParams
+
+        llm = LLM(model=model_path)
+        params = SamplingParams(n=n, max_tokens=max_new_tokens, temperature=temperature, top_p=top_p)
+        return lambda prompts: [[o.text for o in out.outputs] for out in llm.generate(prompts, params)]
+    model, tokenizer = load_model() if load_model else _from_pretrained(model_path)
+
+    def sample(prompts: list[str]) -> list[list[str]]:
+        flat = generate(model, tokenizer, [p for p in prompts for _ in range(n)], max_new_tokens,
+                        temperature=temperature, top_p=top_p)
+        return [flat[i * n : (i + 1) * n] for i in range(len(prompts))]
+
+    return sample
+
+
+def sample_n(model_path: str, prompts: list[str], n: int, max_new_tokens: int, temperature: float,
+             top_p: float) -> list[list[str]]:
+    """`n` completions per prompt of the model at `model_path` (see `load_sampler`)."""
+    return load_sampler(model_path, n, max_new_tokens, temperature, top_p)(prompts)

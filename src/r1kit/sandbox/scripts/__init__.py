@@ -1,0 +1,1 @@
+"""Programs that run inside the jail, not imported by r1kit."""
