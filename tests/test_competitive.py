@@ -7,9 +7,7 @@ import json
 
 import pytest
 
-from r1kit.configs import GRPOScriptArguments
-from r1kit.rewards import get_reward_funcs
-from r1kit.rewards.competitive import add_includes, patch_code
+from r1kit.rewards.competitive import add_includes, make_cf_code_reward, make_ioi_code_reward, patch_code
 from r1kit.sandbox.jail import probe
 
 pytestmark = pytest.mark.skipif(probe() is not None, reason=f"no jail here: {probe()}")
@@ -29,9 +27,7 @@ SUBTASKS = [{"id": "sumtwo", "year": 2024, "subtask": 1, "score": 30, "score_pre
 
 
 def ioi_reward(test_cases: str, **kw):
-    args = GRPOScriptArguments(dataset_name="x", reward_funcs=["ioi_code"], ioi_test_cases=test_cases,
-                               parallel_code_exec_per_proc=1, **kw)
-    return get_reward_funcs(args)[0]
+    return make_ioi_code_reward(test_cases=test_cases, num_parallel=1, **kw)
 
 
 def fence(code: str, language: str = "cpp") -> str:
@@ -97,9 +93,7 @@ def test_ioi_rows_without_tests_anywhere_score_none(ioi_tests_file):
 # Codeforces
 # --------------------------------------------------------------------------------------------------------------------
 def cf_reward(**kw):
-    args = GRPOScriptArguments(dataset_name="x", reward_funcs=["cf_code"], parallel_code_exec_per_proc=1,
-                               code_eval_test_batch_size=-1, **kw)
-    return get_reward_funcs(args)[0]
+    return make_cf_code_reward(num_parallel=1, test_batch_size=-1, **kw)
 
 
 def cf_row(**kw):
@@ -124,16 +118,16 @@ def cf_folder(tmp_path):
 
 def test_cf_generated_tests_are_added_to_the_official_ones(cf_folder, monkeypatch):
     doubles_small = "n = int(input())\nprint(n * 2 if n < 10 else 0)"  # passes 2 of the 3 tests
-    assert cf_score(cf_reward(code_eval_scoring_mode="partial"), doubles_small, cf_row()) == 1.0  # official only
-    partial = cf_reward(code_eval_scoring_mode="partial", cf_tests_folder=str(cf_folder))
+    assert cf_score(cf_reward(scoring_mode="partial"), doubles_small, cf_row()) == 1.0  # official only
+    partial = cf_reward(scoring_mode="partial", tests_folder=str(cf_folder))
     assert cf_score(partial, doubles_small, cf_row()) == pytest.approx(2 / 3)
     monkeypatch.setenv("CF_TESTS_FOLDER", str(cf_folder))  # Open-R1's variable works too
-    assert cf_score(cf_reward(code_eval_scoring_mode="partial"), doubles_small, cf_row()) == pytest.approx(2 / 3)
+    assert cf_score(cf_reward(scoring_mode="partial"), doubles_small, cf_row()) == pytest.approx(2 / 3)
 
 
 def test_cf_file_input_mode(cf_folder):
     reads_file = "n = int(open('input.txt').read())\nopen('output.txt', 'w').write(str(2 * n) + '\\n')"
-    reward = cf_reward(code_eval_scoring_mode="weighted_sum", cf_tests_folder=str(cf_folder))
+    reward = cf_reward(scoring_mode="weighted_sum", tests_folder=str(cf_folder))
     assert cf_score(reward, reads_file, cf_row(input_mode="file")) == pytest.approx(1.1)
     assert cf_score(reward, "print(2 * int(input()))", cf_row(input_mode="file")) == pytest.approx(0.0)  # stdin is empty
     cpp = ('#include <cstdio>\nint main(){long n; FILE* f=fopen("input.txt","r"); fscanf(f,"%ld",&n);'
@@ -144,10 +138,10 @@ def test_cf_file_input_mode(cf_folder):
 def test_cf_patch_code_fixes_moved_imports():
     old_python = "from fractions import gcd\nn = int(input())\nprint(gcd(n, 6) * 2)"
     assert cf_score(cf_reward(), old_python, cf_row()) == 0.0
-    assert cf_score(cf_reward(cf_patch_code=True), old_python, cf_row()) == pytest.approx(1.1)
+    assert cf_score(cf_reward(patch=True), old_python, cf_row()) == pytest.approx(1.1)
     no_includes = "int main(){ long n; cin >> n; cout << 2 * n << endl; }"
     assert cf_score(cf_reward(), no_includes, cf_row(language="cpp"), "cpp") == -0.1  # compile error
-    assert cf_score(cf_reward(cf_patch_code=True), no_includes, cf_row(language="cpp"), "cpp") == pytest.approx(1.1)
+    assert cf_score(cf_reward(patch=True), no_includes, cf_row(language="cpp"), "cpp") == pytest.approx(1.1)
 
 
 def test_patch_code_leaves_modern_code_working():

@@ -42,7 +42,7 @@ def test_wheel_holds_every_file_of_the_package(wheel):
     shipped = set(zipfile.ZipFile(wheel).namelist())
     assert expected - shipped == set()
     assert {"r1kit/slurm/evaluate.slurm", "r1kit/recipes/demo_grpo.yaml", "r1kit/assets/demo_model/model.safetensors",
-            "r1kit/sandbox/_harness.py"} <= shipped
+            "r1kit/sandbox/scripts/harness.py", "r1kit/sandbox/scripts/gym_server.py"} <= shipped
 
 
 @pytest.mark.slow

@@ -29,10 +29,9 @@ def record(answer: str, generator: str = "chain_sum", **entry) -> str:
 
 
 def reward():
-    from r1kit.configs import GRPOScriptArguments
-    from r1kit.rewards import get_reward_funcs
+    from r1kit.rewards.gym import make_reasoning_gym_reward
 
-    return get_reward_funcs(GRPOScriptArguments(dataset_name="reasoning-gym:chain_sum", reward_funcs=["reasoning_gym"], reward_timeout=1.0))[0]
+    return make_reasoning_gym_reward(timeout=1.0)
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -40,7 +39,7 @@ def reward():
 # --------------------------------------------------------------------------------------------------------------------
 def test_r1kit_imports_and_lists_rewards_without_reasoning_gym():
     code = ("import sys; sys.modules['reasoning_gym'] = None; import r1kit, r1kit.data, r1kit.callbacks, "
-            "r1kit.evaluation, r1kit.rewards.reasoning_gym; from r1kit.rewards import REWARD_FUNCS_REGISTRY; "
+            "r1kit.evaluation, r1kit.rewards.gym; from r1kit.rewards import REWARD_FUNCS_REGISTRY; "
             "assert 'reasoning_gym' in REWARD_FUNCS_REGISTRY")
     subprocess.run([sys.executable, "-c", code], check=True)
 
@@ -52,7 +51,7 @@ def test_missing_extra_names_the_install_command(monkeypatch):
 
 
 def test_reward_skips_rows_when_reasoning_gym_is_missing(monkeypatch):
-    from r1kit.rewards import reasoning_gym as gym_reward
+    from r1kit.rewards import gym as gym_reward
 
     monkeypatch.setitem(sys.modules, "reasoning_gym", None)
     assert gym_reward.score_completions(["3"], [record("3")]) == [None]
@@ -182,7 +181,7 @@ def code_answers(marker: str) -> list[str]:
 
 def test_answers_that_run_code_never_reach_the_host_or_other_answers(tmp_path):
     pytest.importorskip("reasoning_gym")
-    from r1kit.rewards.reasoning_gym import score_completions
+    from r1kit.rewards.gym import score_completions
 
     rec, entry = gym_record("polynomial_multiplication")
     answers = [*code_answers(str(tmp_path / "written-by-an-answer")), entry["answer"] + " + 1", entry["answer"]]
@@ -195,9 +194,9 @@ def test_the_jail_contains_answers_that_get_past_the_guard(tmp_path, monkeypatch
     """With the eval check switched off (as if an answer found a way past it), the jail and the per-answer processes
     still keep every answer away from the host, from the scorer process and from the other answers' verdicts."""
     pytest.importorskip("reasoning_gym")
-    from r1kit.rewards import reasoning_gym as gym_reward
+    from r1kit.rewards import gym as gym_reward
 
-    unguarded = tmp_path / "server" / "_gym_server.py"
+    unguarded = tmp_path / "server" / "gym_server.py"
     unguarded.parent.mkdir()
     source = gym_reward.SERVER.read_text()
     unguarded.write_text(source.replace("builtins.eval, builtins.exec = guarded_eval(builtins.eval), guarded_exec(builtins.exec)", "pass"))
@@ -227,7 +226,7 @@ def test_when_the_scorer_stops_mid_batch_only_the_answer_in_flight_scores_zero(m
     """A scorer process that dies mid-batch (as if an answer got past everything and killed it) costs the answer it
     was scoring; the rest of the batch goes to a fresh jail; a jail that never starts leaves rows unjudged."""
     pytest.importorskip("reasoning_gym")
-    from r1kit.rewards import reasoning_gym as gym_reward
+    from r1kit.rewards import gym as gym_reward
 
     starts = []
 
@@ -251,7 +250,7 @@ def test_when_the_scorer_stops_mid_batch_only_the_answer_in_flight_scores_zero(m
 def test_countdown_and_puzzle24_answers_must_be_arithmetic():
     """Their scorers accept any sympy expression of the right value: `sign(...)` would turn a wrong answer right."""
     pytest.importorskip("reasoning_gym")
-    from r1kit.rewards.reasoning_gym import score_completions
+    from r1kit.rewards.gym import score_completions
 
     rec, entry = gym_record("countdown")  # numbers 66 34 98 54 6, target 164
     answers = ["(98+66)*sign(34+54+6)", entry["answer"], "6*(98 - 54) - 34 - 65"]
@@ -261,7 +260,7 @@ def test_countdown_and_puzzle24_answers_must_be_arithmetic():
 
 def test_an_answer_that_hangs_its_scorer_scores_zero_within_the_time_limit():
     pytest.importorskip("reasoning_gym")
-    from r1kit.rewards.reasoning_gym import score_completions
+    from r1kit.rewards.gym import score_completions
 
     rec, entry = gym_record("countdown")
     start = time.monotonic()
@@ -274,7 +273,7 @@ def test_an_answer_that_hangs_its_scorer_scores_zero_within_the_time_limit():
 def test_without_a_jail_scoring_stops_unless_explicitly_allowed(monkeypatch):
     pytest.importorskip("reasoning_gym")
     from r1kit.configs import GRPOConfig, GRPOScriptArguments
-    from r1kit.rewards import reasoning_gym as gym_reward
+    from r1kit.rewards import gym as gym_reward
     from r1kit.sandbox import jail
 
     monkeypatch.setattr(jail, "probe", lambda: "bubblewrap (bwrap) is not installed")
@@ -316,13 +315,10 @@ def test_heldout_accuracy_grades_reasoning_gym_rows_with_their_scorer(chain_sum,
 
 
 def test_reply_mode_grades_the_whole_reply_as_the_answer(chain_sum):
-    from r1kit.configs import GRPOScriptArguments
-    from r1kit.rewards import get_reward_funcs
+    from r1kit.rewards.gym import make_reasoning_gym_reward
 
-    args = GRPOScriptArguments(dataset_name="reasoning-gym:chain_sum", reward_funcs=["reasoning_gym"],
-                               reasoning_gym_answer="reply")
     row = chain_sum["test"][0]
-    bare, sentence, tagged = get_reward_funcs(args)[0](
+    bare, sentence, tagged = make_reasoning_gym_reward(answer_mode="reply")(
         [row["answer"], f"The answer is {row['answer']}.", f"So <answer>{row['answer']}</answer>"],
         reasoning_gym=[row["reasoning_gym"]] * 3,
     )

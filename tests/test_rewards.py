@@ -5,16 +5,34 @@ Where r1kit deliberately differs from Open-R1 the row says so (`# Open-R1: ...`)
 
 from __future__ import annotations
 
+import inspect
+from dataclasses import MISSING, fields
+from types import SimpleNamespace
+
 import pytest
 
-from r1kit.configs import GRPOScriptArguments
+from r1kit.errors import ConfigError
 from r1kit.rewards import REWARD_FUNCS_REGISTRY, get_reward_funcs, required_columns
+from r1kit.rewards.code import BadRow, RowWarnings, score_rows
+from r1kit.rewards.format import (
+    check_repetition_params,
+    make_code_format_reward,
+    make_format_reward,
+    make_reasoning_steps_reward,
+    make_repetition_penalty_reward,
+    make_soft_overlong_punishment,
+    make_tag_count_reward,
+)
+from r1kit.rewards.math import check_cosine_bounds, make_accuracy_reward, make_cosine_reward, make_length_reward
+from r1kit.sandbox import PASSED, SANDBOX_ERROR, WRONG_ANSWER, Program
+from r1kit.sandbox import TestResult as Result  # (not collected as a test class)
+
+MATH = {"workers": 2}  # verifier processes for the math rewards
 
 
-def build(name: str, training_args=None, **script_kw):
-    script_args = GRPOScriptArguments(dataset_name="unused", reward_funcs=[name], reward_workers=2, **script_kw)
-    (func,) = get_reward_funcs(script_args, training_args)
-    return func
+def recipe(**values) -> SimpleNamespace:
+    """The recipe fields `get_reward_funcs` reads, and nothing else (a field that is missing keeps its default)."""
+    return SimpleNamespace(**values)
 
 
 def conversation(text: str) -> list[dict]:
@@ -40,12 +58,12 @@ ACCURACY = [
 
 @pytest.mark.parametrize(("completion", "gold", "expected"), ACCURACY)
 def test_accuracy(completion, gold, expected):
-    assert build("accuracy")([completion], solution=[gold]) == [expected]
+    assert make_accuracy_reward(**MATH)([completion], solution=[gold]) == [expected]
 
 
 def test_accuracy_reads_conversations_and_counts_unparseable_golds():
     logged = {}
-    rewards = build("accuracy")(
+    rewards = make_accuracy_reward(**MATH)(
         [conversation(r"\boxed{7}"), conversation(r"\boxed{7}"), conversation("x")],
         solution=["7", "not a number", None],
         log_metric=lambda name, value: logged.setdefault(name, value),
@@ -73,7 +91,7 @@ FORMAT = [
 
 @pytest.mark.parametrize(("completion", "prefilled", "expected"), FORMAT)
 def test_format(completion, prefilled, expected):
-    assert build("format", format_think_prefilled=prefilled)([completion]) == [expected]
+    assert make_format_reward(think_prefilled=prefilled)([completion]) == [expected]
 
 
 TAG_COUNT = [
@@ -89,7 +107,7 @@ TAG_COUNT = [
 
 @pytest.mark.parametrize(("completion", "prefilled", "expected"), TAG_COUNT)
 def test_tag_count(completion, prefilled, expected):
-    assert build("tag_count", format_think_prefilled=prefilled)([completion]) == [expected]
+    assert make_tag_count_reward(think_prefilled=prefilled)([completion]) == [expected]
 
 
 REASONING_STEPS = [
@@ -106,7 +124,7 @@ REASONING_STEPS = [
 
 @pytest.mark.parametrize(("completion", "expected"), REASONING_STEPS)
 def test_reasoning_steps(completion, expected):
-    assert build("reasoning_steps")([completion]) == [pytest.approx(expected)]
+    assert make_reasoning_steps_reward()([completion]) == [pytest.approx(expected)]
 
 
 REPETITION = [
@@ -123,14 +141,17 @@ REPETITION = [
 
 @pytest.mark.parametrize(("n", "max_penalty", "completion", "expected"), REPETITION)
 def test_repetition_penalty(n, max_penalty, completion, expected):
-    func = build("repetition_penalty", repetition_n_grams=n, repetition_max_penalty=max_penalty)
+    func = make_repetition_penalty_reward(n_grams=n, max_penalty=max_penalty)
     assert func([completion]) == [pytest.approx(expected)]
 
 
 def test_repetition_penalty_must_not_be_positive_but_only_when_selected():
-    with pytest.raises(ValueError, match="max_penalty 1.5 should not be positive"):
-        build("repetition_penalty", repetition_max_penalty=1.5)
-    assert build("format", repetition_max_penalty=1.5)(["x"]) == [0.0]  # Open-R1 built every reward and failed here
+    with pytest.raises(ConfigError, match="repetition_max_penalty"):
+        make_repetition_penalty_reward(max_penalty=1.5)
+    with pytest.raises(ConfigError, match="repetition_max_penalty"):
+        get_reward_funcs(recipe(reward_funcs=["repetition_penalty"], repetition_max_penalty=1.5))
+    (func,) = get_reward_funcs(recipe(reward_funcs=["format"], repetition_max_penalty=1.5))
+    assert func(["x"]) == [0.0]  # Open-R1 built every reward and failed here
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -148,12 +169,12 @@ COSINE = [  # bounds (-1, -0.5, 0.5, 1), cosine_max_len 100, lengths in tokens
 
 @pytest.mark.parametrize(("completion", "length", "expected"), COSINE)
 def test_cosine(completion, length, expected):
-    func = build("cosine", cosine_max_len=100)
+    func = make_cosine_reward(max_len=100, **MATH)
     assert func([completion], solution=["7"], completion_ids=[[1] * length]) == [pytest.approx(expected)]
 
 
 def test_cosine_counts_characters_without_ids_and_skips_unparseable_gold():
-    func = build("cosine", cosine_max_len=20)
+    func = make_cosine_reward(max_len=20, **MATH)
     text = r"\boxed{7}" + " " * 1  # 10 characters: half of max_len
     assert func([text], solution=["7"]) == [pytest.approx(0.75)]
     assert func([text], solution=["gibberish"]) == [None]  # Open-R1: 1.0
@@ -168,13 +189,13 @@ LENGTH_ONE_GROUP = (
 
 def test_length_within_one_group():
     completions, lengths, expected = LENGTH_ONE_GROUP
-    func = build("length")
+    func = make_length_reward(**MATH)
     ids = [[0] * n for n in lengths]
     assert func(completions, solution=["7"] * 4, completion_ids=ids, prompts=["p"] * 4) == expected
 
 
 def test_length_is_computed_per_prompt_group_not_per_batch():
-    func = build("length")
+    func = make_length_reward(**MATH)
     rewards = func(
         [r"\boxed{7}"] * 4,
         solution=["7"] * 4,
@@ -185,7 +206,7 @@ def test_length_is_computed_per_prompt_group_not_per_batch():
 
 
 def test_length_equal_lengths_and_unparseable_gold():
-    func = build("length")
+    func = make_length_reward(**MATH)
     assert func([r"\boxed{7}", r"\boxed{7}"], solution=["7", "7"], prompts=["p", "p"]) == [0.0, 0.0]
     assert func([r"\boxed{7}", r"\boxed{7}"], solution=["junk", "junk"], prompts=["p", "p"]) == [None, None]
 
@@ -196,15 +217,17 @@ SOFT_OVERLONG = [(80, 0.0), (81, -0.05), (90, -0.5), (100, -1.0), (101, -1.0)]  
 
 @pytest.mark.parametrize(("length", "expected"), SOFT_OVERLONG)
 def test_soft_overlong_punishment(length, expected):
-    func = build("soft_overlong_punishment", max_completion_len=100, soft_punish_cache=20)
+    func = make_soft_overlong_punishment(max_completion_len=100, soft_punish_cache=20)
     assert func(["x"], completion_ids=[[0] * length]) == [pytest.approx(expected)]
 
 
 def test_soft_overlong_follows_the_trainer_by_default():
-    from types import SimpleNamespace
-
-    func = build("soft_overlong_punishment", training_args=SimpleNamespace(max_completion_length=64))
+    names = ["soft_overlong_punishment"]
+    (func,) = get_reward_funcs(recipe(reward_funcs=names, max_completion_len=None), SimpleNamespace(max_completion_length=64))
     assert func(["x"] * 3, completion_ids=[[0] * 48, [0] * 56, [0] * 64]) == [0.0, -0.5, -1.0]
+    (func,) = get_reward_funcs(recipe(reward_funcs=names, max_completion_len=100), SimpleNamespace(max_completion_length=64))
+    assert func(["x"], completion_ids=[[0] * 64]) == [0.0]  # the recipe's limit wins
+    assert make_soft_overlong_punishment()(["x"], completion_ids=[[0] * 16384]) == [-1.0]  # no limit anywhere: 16384
 
 
 CODE_FORMAT = [
@@ -220,7 +243,7 @@ CODE_FORMAT = [
 @pytest.mark.parametrize(("completion", "language", "expected"), CODE_FORMAT)
 def test_code_format(completion, language, expected):
     kwargs = {"language": [language]} if language else {}
-    assert build("code_format")([completion], **kwargs) == [expected]
+    assert make_code_format_reward()([completion], **kwargs) == [expected]
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -239,7 +262,7 @@ NAMES = {
 
 @pytest.mark.parametrize(("name", "function_name"), NAMES.items())
 def test_function_names_match_open_r1(name, function_name):
-    assert build(name).__name__ == function_name
+    assert REWARD_FUNCS_REGISTRY[name].factory_function()().__name__ == function_name
 
 
 def test_registry_lists_open_r1_names_and_columns():
@@ -253,14 +276,14 @@ def test_registry_lists_open_r1_names_and_columns():
 
 def test_unknown_reward_lists_valid_names():
     with pytest.raises(ValueError, match="unknown reward function.*valid names: accuracy"):
-        get_reward_funcs(GRPOScriptArguments(dataset_name="x", reward_funcs=["accuracyy"]))
+        get_reward_funcs(recipe(reward_funcs=["accuracyy"]))
 
 
 def test_import_path_rewards():
-    (func,) = get_reward_funcs(GRPOScriptArguments(dataset_name="x", reward_funcs=["tests.rewards_for_tests:length_variety"]))
+    (func,) = get_reward_funcs(recipe(reward_funcs=["tests.rewards_for_tests:length_variety"]))
     assert func(["abcd"]) == [0.2]
     with pytest.raises(ValueError, match="cannot import reward function"):
-        get_reward_funcs(GRPOScriptArguments(dataset_name="x", reward_funcs=["tests.nope:f"]))
+        get_reward_funcs(recipe(reward_funcs=["tests.nope:f"]))
 
 
 def test_repetition_penalty_zh_needs_jieba_or_works():
@@ -268,9 +291,9 @@ def test_repetition_penalty_zh_needs_jieba_or_works():
         import jieba  # noqa: F401
     except ImportError:
         with pytest.raises(ImportError, match="pip install jieba"):
-            build("repetition_penalty", repetition_language="zh")
+            make_repetition_penalty_reward(language="zh")
     else:
-        func = build("repetition_penalty", repetition_language="zh", repetition_n_grams=1)
+        func = make_repetition_penalty_reward(n_grams=1, language="zh")
         assert func(["你好你好"])[0] < 0
 
 
@@ -282,3 +305,76 @@ def test_format_prefill_is_detected_from_the_chat_template():
     assert not generation_prompt_ends_in_think(tokenizer)
     tokenizer.chat_template = tokenizer.chat_template.replace("'<|assistant|>' }}{% endif %}", "'<|assistant|><think>\n' }}{% endif %}")
     assert generation_prompt_ends_in_think(tokenizer)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The registry: recipe fields -> factory parameters
+# --------------------------------------------------------------------------------------------------------------------
+def test_every_field_table_names_real_recipe_fields_and_factory_parameters():
+    from r1kit.configs import GRPOConfig, GRPOScriptArguments
+
+    script_fields = {f.name: f for f in fields(GRPOScriptArguments)}
+    trainer_fields = {f.name for f in fields(GRPOConfig)}
+    for spec in REWARD_FUNCS_REGISTRY.values():
+        parameters = inspect.signature(spec.factory_function()).parameters
+        assert set(spec.fields) == set(parameters), spec.name  # every parameter can be set from the recipe
+        for param, names in spec.fields.items():
+            for name in (names,) if isinstance(names, str) else names:
+                assert (name in script_fields) != (name in trainer_fields), (spec.name, name)  # in exactly one
+            if isinstance(names, str) and name in script_fields:  # one default: the recipe's is unset or the factory's
+                recipe_default = script_fields[name].default
+                assert recipe_default is MISSING or recipe_default is None or recipe_default == parameters[param].default, (
+                    spec.name, param, recipe_default, parameters[param].default)
+
+
+def test_overrides_replace_a_field_without_touching_the_recipe():
+    args = recipe(reward_funcs=["format", "tag_count", "code_format"], format_think_prefilled=None)
+    prefilled = "a</think><answer>```python\nx\n```</answer>"
+    assert [f([prefilled]) for f in get_reward_funcs(args)] == [[0.0], [0.75], [0.0]]
+    assert [f([prefilled]) for f in get_reward_funcs(args, format_think_prefilled=True)] == [[1.0], [1.0], [1.0]]
+    assert args.format_think_prefilled is None
+    with pytest.raises(TypeError, match="format_think_prefiled"):
+        get_reward_funcs(args, format_think_prefiled=True)
+
+
+def test_parameter_rules_name_the_recipe_field():
+    with pytest.raises(ConfigError, match="repetition_n_grams"):
+        check_repetition_params(0, -1.0)
+    with pytest.raises(ConfigError, match="repetition_language"):
+        check_repetition_params(3, -1.0, "fr")
+    with pytest.raises(ConfigError, match="cosine bounds must be ordered cosine_min_value_wrong"):
+        check_cosine_bounds(-1.0, -0.5, -2.0, 1.0, 1000)
+    with pytest.raises(ConfigError, match="cosine_max_len"):
+        make_cosine_reward(max_len=0)
+    with pytest.raises(ConfigError, match="soft_punish_cache"):
+        make_soft_overlong_punishment(max_completion_len=10, soft_punish_cache=11)
+    check_repetition_params(3, 0.0)
+    check_cosine_bounds(-1.0, -0.5, 0.5, 1.0, 1)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The code rewards' per-row failure policy, without a sandbox
+# --------------------------------------------------------------------------------------------------------------------
+def test_score_rows_failure_policy():
+    """A row that cannot be judged and a sandbox failure are None (each counted); no code scores the fixed value and
+    is not run; whatever the program did is scored."""
+    ran, logged = [], {}
+
+    def build(text, row):
+        if row == "bad":
+            raise BadRow("a broken row")
+        return Program(text, inputs=["", ""]), row
+
+    def run(jobs):
+        ran.extend(program.code for program, _ in jobs)
+        statuses = {"down": [SANDBOX_ERROR, SANDBOX_ERROR], "half": [PASSED, WRONG_ANSWER], "ok": [PASSED, PASSED]}
+        return [[(Result(s), float(s == PASSED)) for s in statuses[row]] for _, row in jobs]
+
+    def score(job, tests):
+        return sum(s for _, s in tests) / len(tests)
+
+    out = score_rows("demo", ["print(1)", "print(2)", "  ", "print(3)", "print(4)"], ["bad", "down", "ok", "half", "ok"],
+                     RowWarnings("demo"), build, run, score, no_code=-1.0, log_metric=logged.__setitem__)
+    assert out == [None, None, -1.0, 0.5, 1.0]
+    assert ran == ["print(2)", "print(3)", "print(4)"]  # neither the bad row nor the answer without code ran
+    assert logged == {"rewards/demo/sandbox_errors": 1.0, "rewards/demo/bad_rows": 1.0}

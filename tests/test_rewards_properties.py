@@ -9,11 +9,19 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from r1kit.configs import GRPOScriptArguments
-from r1kit.rewards import get_reward_funcs
+from r1kit.rewards.format import (
+    make_code_format_reward,
+    make_format_reward,
+    make_reasoning_steps_reward,
+    make_repetition_penalty_reward,
+    make_soft_overlong_punishment,
+    make_tag_count_reward,
+)
+from r1kit.rewards.math import make_accuracy_reward, make_cosine_reward, make_length_reward
 
-TEXT_REWARDS = ["format", "tag_count", "reasoning_steps", "repetition_penalty", "soft_overlong_punishment", "code_format"]
-MATH_REWARDS = ["accuracy", "cosine", "length"]
+TEXT_FACTORIES = [make_format_reward, make_tag_count_reward, make_reasoning_steps_reward, make_repetition_penalty_reward,
+                  make_soft_overlong_punishment, make_code_format_reward]  # with their default parameters
+MATH_FACTORIES = [make_accuracy_reward, make_cosine_reward, make_length_reward]
 
 
 def nested_latex(depth: int) -> str:
@@ -32,12 +40,7 @@ hostile_text = st.one_of(
 gold = st.one_of(st.none(), st.just(""), st.text(max_size=40), st.integers(-1000, 1000).map(str), st.just("\\frac{1}{2}"))
 
 
-def funcs(names):
-    args = GRPOScriptArguments(dataset_name="x", reward_funcs=names, reward_workers=2, reward_timeout=2.0)
-    return get_reward_funcs(args)
-
-
-TEXT_FUNCS = funcs(TEXT_REWARDS)
+TEXT_FUNCS = [factory() for factory in TEXT_FACTORIES]
 
 
 def assert_well_formed(rewards, n):
@@ -60,6 +63,6 @@ def test_text_rewards_are_total(texts, conversational):
 def test_math_rewards_are_total(pairs):
     texts = [t for t, _ in pairs]
     golds = [g for _, g in pairs]
-    for func in funcs(MATH_REWARDS):
+    for func in [factory(timeout=2.0, workers=2) for factory in MATH_FACTORIES]:
         rewards = func(texts, solution=golds, completion_ids=[[0] * len(t) for t in texts], prompts=["p"] * len(texts))
         assert_well_formed(rewards, len(texts))

@@ -7,6 +7,8 @@ import pytest
 from r1kit.configs import GRPOScriptArguments
 from r1kit.errors import ConfigError
 from r1kit.rewards import get_reward_funcs
+from r1kit.rewards.code import make_binary_code_reward, make_code_reward
+from r1kit.rewards.competitive import make_cf_code_reward, make_ioi_code_reward
 from r1kit.sandbox import (
     SANDBOX_ERROR,
     Program,
@@ -84,9 +86,12 @@ def cases_for(kinds: set[str]):
                 yield f"{name}-{kind}", completion(code, language), info, EXPECTED[kind]
 
 
-def reward(name: str, **kw):
-    args = GRPOScriptArguments(dataset_name="x", reward_funcs=[name], parallel_code_exec_per_proc=2, **kw)
-    return get_reward_funcs(args)[0]
+FACTORIES = {"code": make_code_reward, "binary_code": make_binary_code_reward, "cf_code": make_cf_code_reward,
+             "ioi_code": make_ioi_code_reward}
+
+
+def reward(name: str, **params):
+    return FACTORIES[name](num_parallel=2, **params)
 
 
 def test_there_are_twenty_plus_problems():
@@ -118,9 +123,9 @@ def test_zero_tests_is_none_and_missing_code_is_zero():
 
 
 def test_sandbox_failure_is_none_not_zero(monkeypatch):
-    from r1kit.sandbox import local
+    from r1kit.sandbox import jail
 
-    monkeypatch.setattr(local, "find_bwrap", lambda: "/nonexistent/bwrap")  # the jail cannot start: infrastructure
+    monkeypatch.setattr(jail, "find_bwrap", lambda: "/nonexistent/bwrap")  # the jail cannot start: infrastructure
     logged = {}
     out = reward("code")(
         [completion("print(1)", "python")], verification_info=[{"test_cases": [{"input": "", "output": "1"}]}],
@@ -165,7 +170,7 @@ def cf_row(checker=None, **kw):
     ],
 )
 def test_cf_code_scoring_and_checkers(code, mode, checker, expected):
-    func = reward("cf_code", code_eval_scoring_mode=mode, code_eval_test_batch_size=-1)
+    func = reward("cf_code", scoring_mode=mode, test_batch_size=-1)
     assert func([completion(code, "python")], **{k: [v] for k, v in cf_row(checker).items()}) == [expected]
 
 
@@ -177,7 +182,7 @@ def test_cf_code_no_code_compile_error_and_no_tests():
 
 
 def test_ioi_subtask_is_the_minimum_over_its_tests():
-    func = reward("ioi_code", code_eval_test_batch_size=1)
+    func = reward("ioi_code", test_batch_size=1)
     ok = "#include <iostream>\nint main(){long a;std::cin>>a;std::cout<<a*2<<std::endl;}"
     half = "#include <iostream>\nint main(){long a;std::cin>>a;std::cout<<(a<3?a*2:0)<<std::endl;}"
     row = {"test_cases": {"t1": {"input": "1", "output": "2"}, "t2": {"input": "5", "output": "10"}},

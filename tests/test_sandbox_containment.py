@@ -17,8 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from r1kit.configs import GRPOScriptArguments
-from r1kit.rewards import get_reward_funcs
+from r1kit.rewards.code import make_binary_code_reward
 from r1kit.sandbox import MEMORY_LIMIT, PASSED, RUNTIME_ERROR, SANDBOX_ERROR, TIME_LIMIT, Program, get_provider
 from r1kit.sandbox.jail import probe
 
@@ -33,9 +32,8 @@ def run(code: str, tests: int = 1, time_limit: float = 2.0, memory_mb: int = 256
 
 
 def binary_code(code: str, language: str, expected: str) -> float | None:
-    args = GRPOScriptArguments(dataset_name="x", reward_funcs=["binary_code"], parallel_code_exec_per_proc=1)
     info = {"language": language, "test_cases": [{"input": "", "output": expected}], "time_limit": 2}
-    return get_reward_funcs(args)[0]([f"```{language}\n{code}\n```"], verification_info=[info])[0]
+    return make_binary_code_reward(num_parallel=1)([f"```{language}\n{code}\n```"], verification_info=[info])[0]
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -385,9 +383,9 @@ def test_sabotage_is_wrong_not_skipped(host, sabotage):
 
 
 def test_a_jail_that_cannot_start_is_none(monkeypatch):
-    from r1kit.sandbox import local
+    from r1kit.sandbox import jail
 
-    monkeypatch.setattr(local, "find_bwrap", lambda: "/nonexistent/bwrap")
+    monkeypatch.setattr(jail, "find_bwrap", lambda: "/nonexistent/bwrap")
     results = get_provider("local").execute([Program("print('ok')", inputs=[""], expected=["ok\n"])])
     assert results[0][0].status == SANDBOX_ERROR
 

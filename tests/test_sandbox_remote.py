@@ -13,6 +13,7 @@ import pytest
 
 from r1kit.configs import GRPOScriptArguments
 from r1kit.rewards import get_reward_funcs
+from r1kit.rewards.code import make_code_reward
 from r1kit.sandbox import COMPILE_ERROR, PASSED, SANDBOX_ERROR, TIME_LIMIT, WRONG_ANSWER, Program, get_provider
 from r1kit.sandbox.remote import RemoteError, post_json
 
@@ -102,8 +103,7 @@ def test_piston_down_scores_none_through_the_reward(server, monkeypatch):
     fake = server(lambda path, body, n: (500, {"message": "internal error"}))
     monkeypatch.setenv("PISTON_ENDPOINTS", fake.url + "/api/v2")
     monkeypatch.setattr("r1kit.sandbox.remote.time.sleep", lambda s: None)  # no real back-off waits in the test
-    args = GRPOScriptArguments(dataset_name="x", reward_funcs=["code"], code_provider="piston")
-    (code_reward,) = get_reward_funcs(args)
+    code_reward = make_code_reward(provider="piston")
     logged = {}
     out = code_reward(["```python\nprint(1)\n```"], verification_info=[{"test_cases": [{"input": "", "output": "1"}]}],
                       log_metric=logged.__setitem__)

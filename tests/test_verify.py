@@ -77,9 +77,10 @@ def test_missing_gold_is_unjudgeable_without_a_worker_round_trip():
 
 
 def test_pool_that_cannot_start_falls_back_in_process(monkeypatch, caplog):
+    import r1kit.rewards.text as text
     import r1kit.rewards.verify as verify
 
-    monkeypatch.setattr(verify, "_WARNED", set())
+    monkeypatch.setattr(text, "_LOGGED", set())  # warnings logged once: not yet
     broken = VerifierPool(workers=1, timeout=1.0)
     broken.unavailable = "workers cannot start here"
     with pytest.raises(PoolUnavailable):
@@ -90,12 +91,13 @@ def test_pool_that_cannot_start_falls_back_in_process(monkeypatch, caplog):
 
 
 def test_exceptions_turned_into_wrong_are_logged_once_with_their_type(monkeypatch, caplog):
+    import r1kit.rewards.text as text
     import r1kit.rewards.verify as verify
 
     broken = VerifierPool(workers=1)
     broken.unavailable = "workers cannot start here"
     monkeypatch.setattr(verify, "_POOL", broken)
-    monkeypatch.setattr(verify, "_REPORTED", set())
+    monkeypatch.setattr(text, "_LOGGED", set())
     real_judge = verify.judge
 
     def buggy(gold, answer, limit=None):
@@ -116,10 +118,9 @@ logging.basicConfig(level=logging.WARNING)
 print("top level ran")
 import r1kit.rewards.verify
 {setup}
-from r1kit.configs import GRPOScriptArguments
-from r1kit.rewards import get_reward_funcs
+from r1kit.rewards.math import make_accuracy_reward
 
-(accuracy,) = get_reward_funcs(GRPOScriptArguments(dataset_name="r1kit:addition", reward_funcs=["accuracy"]))
+accuracy = make_accuracy_reward()
 completions, golds = [r"\\boxed{{7}}", r"\\boxed{{8}}", "<answer>12</answer>"], ["7", "7", "12"]
 print("main thread:", accuracy(completions, solution=golds))
 out = {{}}

@@ -1,6 +1,6 @@
 """Code-execution rewards on Open-R1's `verification_info` rows (code, binary_code), run in a sandbox
-(`r1kit.sandbox`), and what every code reward shares: code extraction, row validation, the provider, the counters.
-IOI and Codeforces live in `r1kit.rewards.competitive`.
+(`r1kit.sandbox`), and what every code reward shares: code extraction, row validation, the provider, and the per-row
+failure policy (`score_rows`). IOI and Codeforces live in `r1kit.rewards.competitive`.
 
 Failure policy: a row that cannot be judged, or a sandbox that failed (could not start, remote 5xx), make the sample
 `None`, counted in `rewards/<name>/bad_rows` or `rewards/<name>/sandbox_errors`; anything the program does (crash,
@@ -12,12 +12,13 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from r1kit.errors import ConfigError
 from r1kit.rewards.format import fenced_blocks
 from r1kit.rewards.text import per_sample, texts
-from r1kit.sandbox import LANGUAGES, SANDBOX_ERROR, Program, get_provider
+from r1kit.sandbox import LANGUAGES, SANDBOX_ERROR, Program, Provider, ProviderName, TestResult, get_provider
+from r1kit.sandbox.jail import JailUnavailable, require_jail
 
 logger = logging.getLogger(__name__)
 
@@ -120,6 +121,10 @@ class RowWarnings:
                            self.reward, index, ident, problem)
 
 
+TEST_CASE_REWARDS = frozenset({"code", "binary_code"})  # the rewards on `verification_info` rows
+CODE_PROVIDER_REWARDS = TEST_CASE_REWARDS | {"cf_code"}  # the rewards that run on `code_provider` (ioi_code: ioi_provider)
+
+
 def check_code_rows(reward_names: list[str], dataset, default_language: str = "python") -> None:
     """Before training: every language a dataset declares must be one the sandbox runs (an error naming the rows),
     and malformed rows are counted in one warning (they will score None)."""
@@ -128,12 +133,12 @@ def check_code_rows(reward_names: list[str], dataset, default_language: str = "p
     if "ioi_code" in names and not ({"test_cases"} <= columns or {"year", "id"} <= columns):
         raise ValueError("dataset: ioi_code needs inline test_cases, or year and id columns to find the tests in "
                          "ioi_test_cases (Open-R1's open-r1/ioi rows have year and id)")
-    if not names & {"code", "binary_code", "cf_code"}:
+    if not names & CODE_PROVIDER_REWARDS:
         return
     unknown, bad = {}, []
     for index, row in enumerate(dataset):
         try:
-            if names & {"code", "binary_code"} and "verification_info" in row:
+            if names & TEST_CASE_REWARDS and "verification_info" in row:
                 test_cases_program(row["verification_info"], "", default_language)
             if "cf_code" in names and row.get("language") is not None:
                 known_language(row["language"], default_language)
@@ -151,44 +156,53 @@ def check_code_rows(reward_names: list[str], dataset, default_language: str = "p
                        len(bad), *bad[0])
 
 
-CODE_REWARDS = ("code", "binary_code", "cf_code", "ioi_code")
+class CodeExecutionFields(Protocol):
+    """The recipe fields the code-execution checks read (GRPO's script arguments)."""
+
+    reward_funcs: list[str]
+    code_provider: str
+    ioi_provider: str
+    allow_unsandboxed_code_execution: bool
 
 
-def uses_local_sandbox(script_args: Any) -> bool:
+def uses_local_sandbox(script_args: CodeExecutionFields) -> bool:
+    """Whether a selected code reward runs in the local sandbox."""
     names = set(script_args.reward_funcs)
-    return bool(names & {"code", "binary_code", "cf_code"} and script_args.code_provider == "local"
+    return bool(names & CODE_PROVIDER_REWARDS and script_args.code_provider == "local"
                 or "ioi_code" in names and script_args.ioi_provider == "local")
 
 
-def check_code_execution(script_args: Any) -> None:
+def check_code_execution(script_args: CodeExecutionFields) -> None:
     """Before anything loads: a run whose code rewards use the local sandbox needs a jail here (or the explicit
     `allow_unsandboxed_code_execution` opt-in). Raises ConfigError saying what to install or which provider to use."""
     if not uses_local_sandbox(script_args) or script_args.allow_unsandboxed_code_execution:
         return
-    from r1kit.sandbox.jail import JailUnavailable, require_jail
-
     try:
         require_jail()
     except JailUnavailable as e:
         raise ConfigError(str(e)) from None
 
 
-def local_provider(script_args: Any):
-    """The local sandbox as the recipe configures it (concurrency, and the explicit no-jail opt-in)."""
-    return get_provider("local", num_parallel=script_args.parallel_code_exec_per_proc,
-                        isolate=not script_args.allow_unsandboxed_code_execution)
+def make_provider(provider: ProviderName = "local", num_parallel: int | None = None, allow_unsandboxed: bool = False,
+                  e2b_router_url: str | None = None, morph_router_url: str | None = None) -> Provider:
+    """The sandbox a code reward runs in.
 
-
-def make_provider(script_args: Any):
-    """The provider `code_provider` names, with its router URL when one is configured."""
-    if script_args.code_provider == "local":
-        return local_provider(script_args)
-    options: dict[str, Any] = {"num_parallel": script_args.parallel_code_exec_per_proc}
-    if script_args.code_provider == "e2b" and script_args.e2b_router_url:
-        options["router_url"] = script_args.e2b_router_url
-    if script_args.code_provider == "morph" and script_args.morph_router_url:
-        options["router_url"] = script_args.morph_router_url
-    return get_provider(script_args.code_provider, **options)
+    Args:
+        provider (`str`, defaults to `"local"`): `local` (a jail here), `piston`, `e2b` or `morph`.
+        num_parallel (`int` or `None`, defaults to `None`): programs run at once per process; `None` is the
+            provider's default (the number of cores, for `local`).
+        allow_unsandboxed (`bool`, defaults to `False`): `local` only: where no jail can run, run programs with only
+            resource limits instead of refusing.
+        e2b_router_url (`str` or `None`), morph_router_url (`str` or `None`): the router of `e2b` / `morph`
+            (`host:port`); `None` uses their SDKs.
+    """
+    if provider == "local":
+        return get_provider("local", num_parallel=num_parallel, isolate=not allow_unsandboxed)
+    options: dict[str, Any] = {"num_parallel": num_parallel}
+    router_url = {"e2b": e2b_router_url, "morph": morph_router_url}.get(provider)
+    if router_url:
+        options["router_url"] = router_url
+    return get_provider(provider, **options)
 
 
 def count_errors(log_metric, name: str, count: int, bad_rows: int = 0) -> None:
@@ -202,45 +216,68 @@ def count_errors(log_metric, name: str, count: int, bad_rows: int = 0) -> None:
 
 
 # --------------------------------------------------------------------------------------------------------------------
+# The per-row skeleton of every code reward
+# --------------------------------------------------------------------------------------------------------------------
+Job = tuple[Program, Any]  # a sample ready to run: the answer's program, and what its reward needs to run and score it
+Tests = list[tuple[TestResult, float]]  # per test run: its result and its score in [0, 1]
+
+
+def score_rows(name: str, completions: list, rows: list, warnings: RowWarnings,
+               build: Callable[[str, Any], Job], run: Callable[[list[Job]], list[Tests]],
+               score: Callable[[Job, Tests], float], no_code: float, log_metric=None) -> list[float | None]:
+    """Scores each completion against its row, with the failure policy of every code reward written once.
+
+    1. `build(text, row)` gives the sample's job; a row that cannot be judged raises `BadRow`: None, counted in
+       `rewards/<name>/bad_rows` and named once per problem in a warning.
+    2. An answer without code scores `no_code` and is not run.
+    3. `run(jobs)` runs the rest, all at once (so that a provider can run them side by side), and gives each job's
+       tests.
+    4. A job with a `sandbox_error` (the back end failed, not the program): None, counted in
+       `rewards/<name>/sandbox_errors`.
+    5. Otherwise `score(job, tests)`.
+
+    Returns:
+        `list[float | None]`: one score per completion.
+    """
+    rewards: list[float | None] = [None] * len(completions)
+    todo: list[tuple[int, Job]] = []
+    bad = errors = 0
+    for index, (text, row) in enumerate(zip(texts(completions), rows)):
+        try:
+            job = build(text, row)
+        except BadRow as e:
+            warnings.bad(index, row, str(e))
+            bad += 1
+            continue
+        if job[0].code.strip():
+            todo.append((index, job))
+        else:
+            rewards[index] = no_code  # no code in the answer: fails every test
+    for (index, job), tests in zip(todo, run([job for _, job in todo]) if todo else []):
+        if any(result.status == SANDBOX_ERROR for result, _ in tests):
+            errors += 1
+        else:
+            rewards[index] = score(job, tests)
+    count_errors(log_metric, name, errors, bad)
+    return rewards
+
+
+# --------------------------------------------------------------------------------------------------------------------
 # code / binary_code
 # --------------------------------------------------------------------------------------------------------------------
-def _test_programs(completions, verification_info, default_language: str, rows: RowWarnings) -> list[Program | None]:
-    """One program per sample, or None when its row cannot be judged (warned once per problem)."""
-    programs: list[Program | None] = []
-    for index, (text, info) in enumerate(zip(texts(completions), per_sample(verification_info, len(completions)))):
-        try:
-            programs.append(test_cases_program(info, text, default_language))
-        except BadRow as e:
-            rows.bad(index, info, str(e))
-            programs.append(None)
-    return programs
+def _make_test_case_reward(name: str, binary: bool, language: str, **sandbox) -> Callable:
+    provider = make_provider(**sandbox)
+    warnings = RowWarnings(name)
 
+    def build(text: str, info: Any) -> Job:
+        return test_cases_program(info, text, language), None
 
-def _pass_fractions(provider, programs: list[Program | None]) -> tuple[list[float | None], int]:
-    """Fraction of tests passed per program; None for a row that cannot be judged or a sandbox failure (the count
-    of those is returned); 0.0 for an answer without code."""
-    runnable = [p for p in programs if p is not None and p.code.strip()]
-    results = iter(provider.execute(runnable))
-    fractions: list[float | None] = []
-    errors = 0
-    for program in programs:
-        if program is None:
-            fractions.append(None)
-        elif not program.code.strip():
-            fractions.append(0.0)  # no code in the answer: fails every test
-        else:
-            tests = next(results)
-            if any(t.status == SANDBOX_ERROR for t in tests):
-                errors += 1
-                fractions.append(None)
-            else:
-                fractions.append(sum(t.passed for t in tests) / len(tests))
-    return fractions, errors
+    def run(jobs: list[Job]) -> list[Tests]:
+        return [[(t, float(t.passed)) for t in tests] for tests in provider.execute([program for program, _ in jobs])]
 
-
-def _make_test_case_reward(name: str, script_args: Any, binary: bool) -> Callable:
-    provider = make_provider(script_args)
-    rows = RowWarnings(name)
+    def score(job: Job, tests: Tests) -> float:
+        fraction = sum(s for _, s in tests) / len(tests)
+        return float(fraction > 0.99) if binary else fraction
 
     def reward(completions, verification_info=None, log_metric=None, **kwargs) -> list[float | None]:
         """Runs each completion's last fenced block on its row's test cases in the sandbox.
@@ -258,27 +295,44 @@ def _make_test_case_reward(name: str, script_args: Any, binary: bool) -> Callabl
             >>> reward(["```python\nprint(2)\n```"], verification_info=[{"test_cases": [{"input": "", "output": "2"}]}])
             [1.0]
         """
-        programs = _test_programs(completions, verification_info, script_args.code_language, rows)
-        fractions, errors = _pass_fractions(provider, programs)
-        count_errors(log_metric, name, errors, sum(p is None for p in programs))
-        if binary:
-            return [None if f is None else float(f > 0.99) for f in fractions]
-        return fractions
+        rows = per_sample(verification_info, len(completions))
+        return score_rows(name, completions, rows, warnings, build, run, score, 0.0, log_metric)
 
     reward.__name__ = f"{name}_reward"
     return reward
 
 
-def make_code_reward(script_args: Any, training_args: Any = None) -> Callable:
-    """`code`: the fraction of a row's test cases (`verification_info`) the answer's last fenced block passes,
+def make_code_reward(provider: ProviderName = "local", language: str = "python", num_parallel: int | None = None,
+                     allow_unsandboxed: bool = False, e2b_router_url: str | None = None,
+                     morph_router_url: str | None = None) -> Callable:
+    """Builds `code`: the fraction of a row's test cases (`verification_info`) the answer's last fenced block passes,
     run in the sandbox and compared whole (a missing line is wrong). None for a row that cannot be judged or a sandbox
-    failure, both counted in `rewards/code/sandbox_errors`."""
-    return _make_test_case_reward("code", script_args, binary=False)
+    failure, counted in `rewards/code/bad_rows` and `rewards/code/sandbox_errors`.
+
+    Args:
+        provider (`str`, defaults to `"local"`): the sandbox (`make_provider`; recipe: `code_provider`).
+        language (`str`, defaults to `"python"`): language of rows that name none (recipe: `code_language`).
+        num_parallel (`int` or `None`, defaults to `None`): programs run at once (recipe: `parallel_code_exec_per_proc`).
+        allow_unsandboxed (`bool`, defaults to `False`): `local` without a jail (recipe:
+            `allow_unsandboxed_code_execution`).
+        e2b_router_url (`str` or `None`), morph_router_url (`str` or `None`): routers of the remote sandboxes.
+
+    Returns:
+        `Callable`: `code_reward(completions, verification_info, log_metric=None, **kwargs)`.
+    """
+    return _make_test_case_reward("code", False, language, provider=provider, num_parallel=num_parallel,
+                                  allow_unsandboxed=allow_unsandboxed, e2b_router_url=e2b_router_url,
+                                  morph_router_url=morph_router_url)
 
 
-def make_binary_code_reward(script_args: Any, training_args: Any = None) -> Callable:
-    """`binary_code`: 1.0 when every test case passes, else 0.0; None as for `code`."""
-    return _make_test_case_reward("binary_code", script_args, binary=True)
+def make_binary_code_reward(provider: ProviderName = "local", language: str = "python", num_parallel: int | None = None,
+                            allow_unsandboxed: bool = False, e2b_router_url: str | None = None,
+                            morph_router_url: str | None = None) -> Callable:
+    """Builds `binary_code`: 1.0 when every test case passes, else 0.0; None as for `code`. Args as for
+    `make_code_reward`."""
+    return _make_test_case_reward("binary_code", True, language, provider=provider, num_parallel=num_parallel,
+                                  allow_unsandboxed=allow_unsandboxed, e2b_router_url=e2b_router_url,
+                                  morph_router_url=morph_router_url)
 
 
 def sample_rows(columns: dict, n: int) -> list[dict]:

@@ -14,23 +14,23 @@ import os
 import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Literal, get_args
 
+from r1kit.errors import ConfigError
 from r1kit.rewards.code import (
     BadRow,
+    Job,
     RowWarnings,
-    count_errors,
+    Tests,
     extract_code,
-    get_provider,
     known_language,
-    local_provider,
     make_provider,
     positive_number,
     sample_rows,
+    score_rows,
     text_field,
 )
-from r1kit.rewards.text import texts
-from r1kit.sandbox import COMPILE_ERROR, PASSED, SANDBOX_ERROR, WRONG_ANSWER, Program, TestResult
+from r1kit.sandbox import COMPILE_ERROR, PASSED, SANDBOX_ERROR, WRONG_ANSWER, Program, ProviderName, TestResult
 
 logger = logging.getLogger(__name__)
 CHECKER_ARGS = ["input.txt", "correct_output.txt", "solution_output.txt"]
@@ -233,57 +233,63 @@ def _precision(row: dict) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 10 else 2
 
 
-def make_ioi_code_reward(script_args: Any, training_args: Any = None) -> Callable:
-    """`ioi_code`: the score of an IOI subtask, as Open-R1's reward returns it: the minimum test score over the
+IoiProviderName = Literal["local", "piston"]  # the back ends ioi_code runs on
+
+
+def make_ioi_code_reward(provider: IoiProviderName = "local", test_cases: str = "open-r1/ioi-test-cases",
+                         test_batch_size: int = 1, num_parallel: int | None = None,
+                         allow_unsandboxed: bool = False) -> Callable:
+    """Builds `ioi_code`: the score of an IOI subtask, as Open-R1's reward returns it: the minimum test score over the
     subtask's tests (1.0 for a test whose output matches; a checker's partial score in (0, 1) when the problem has
     `checker/checker.cpp`), rounded to `score_precision`. The solution is compiled with the problem's grader files,
     after Open-R1's includes (`add_includes`). `rewards/ioi_code/points` logs the mean of points x score (the
-    subtask's `score` column). None for a row that cannot be judged or a sandbox failure.
+    subtask's `score` column). 0.0 for no code; None for a row that cannot be judged or a sandbox failure.
+
+    Args:
+        provider (`str`, defaults to `"local"`): `local` or `piston` (recipe: `ioi_provider`; Open-R1: piston).
+        test_cases (`str`, defaults to `"open-r1/ioi-test-cases"`): where rows without inline `test_cases` find their
+            tests: a Hub dataset (one config per year), or a local file or folder (recipe: `ioi_test_cases`).
+        test_batch_size (`int`, defaults to `1`): tests run at once; the subtask stops after a batch with a failure;
+            0 or less runs them all at once (recipe: `code_eval_test_batch_size`).
+        num_parallel (`int` or `None`), allow_unsandboxed (`bool`): as for `make_provider`.
+
+    Returns:
+        `Callable`: `ioi_code_reward(completions, log_metric=None, **columns)`.
 
     Example row (`open-r1/ioi`): {"id": "nile", "year": 2024, "subtask": 1, "score": 6, "test_names": ["0-01", ...],
     "grader_files": [["graders/grader.cpp", ...], ["graders/nile.h", ...]], "time_limit": 2, "memory_limit": 2048}
     """
-    if script_args.ioi_provider == "local":
-        provider = local_provider(script_args)
-    else:
-        provider = get_provider(script_args.ioi_provider)
+    if provider not in get_args(IoiProviderName):
+        raise ConfigError(f"ioi_provider must be one of {', '.join(get_args(IoiProviderName))}, got {provider!r}")
+    sandbox = make_provider(provider, num_parallel, allow_unsandboxed)
     warnings = RowWarnings("ioi_code")
 
+    def build(text: str, row: dict) -> Job:
+        cases = ioi_cases(row, test_cases)
+        files, checker_source = grader_files(row)
+        program = Program(code=add_includes(extract_code(text, "cpp"), str(row.get("id", "")), files),
+                          language="cpp", files=files,
+                          time_limit=positive_number(row.get("time_limit"), "time_limit", 2.0),
+                          memory_mb=int(positive_number(row.get("memory_limit"), "memory_limit", 512)))
+        checker = Program(checker_source, language="cpp", time_limit=10.0) if checker_source else None
+        return program, (cases, checker, row)
+
+    def run(jobs: list[Job]) -> list[Tests]:
+        return [run_cases(sandbox, program, cases, test_batch_size, stop_on_failure=True, checker=checker)
+                for program, (cases, checker, _) in jobs]
+
     def ioi_code_reward(completions, log_metric=None, **columns) -> list[float | None]:
-        rows = sample_rows(columns, len(completions))
-        rewards: list[float | None] = []
         points: list[float] = []
-        errors = bad = 0
-        for index, (text, row) in enumerate(zip(texts(completions), rows)):
-            try:
-                cases = ioi_cases(row, script_args.ioi_test_cases)
-                files, checker_source = grader_files(row)
-                base = Program(code="", language="cpp", files=files,
-                               time_limit=positive_number(row.get("time_limit"), "time_limit", 2.0),
-                               memory_mb=int(positive_number(row.get("memory_limit"), "memory_limit", 512)))
-            except BadRow as e:
-                warnings.bad(index, row, str(e))
-                bad += 1
-                rewards.append(None)
-                continue
-            code = extract_code(text, "cpp")
-            if not code.strip():
-                rewards.append(0.0)
-                continue
-            base.code = add_includes(code, str(row.get("id", "")), files)
-            checker = Program(checker_source, language="cpp", time_limit=10.0) if checker_source else None
-            scored = run_cases(provider, base, cases, script_args.code_eval_test_batch_size, stop_on_failure=True,
-                               checker=checker)
-            if any(r.status == SANDBOX_ERROR for r, _ in scored):
-                errors += 1
-                rewards.append(None)
-                continue
-            score = min(s for _, s in scored) if len(scored) == len(cases) else 0.0
-            score = round(score, _precision(row))
-            rewards.append(score)
+
+        def score(job: Job, tests: Tests) -> float:
+            cases, _, row = job[1]
+            value = round(min(s for _, s in tests) if len(tests) == len(cases) else 0.0, _precision(row))
             if isinstance(row.get("score"), (int, float)):
-                points.append(round(score * row["score"], _precision(row)))
-        count_errors(log_metric, "ioi_code", errors, bad)
+                points.append(round(value * row["score"], _precision(row)))
+            return value
+
+        rows = sample_rows(columns, len(completions))
+        rewards = score_rows("ioi_code", completions, rows, warnings, build, run, score, 0.0, log_metric)
         if log_metric is not None and points:
             log_metric("rewards/ioi_code/points", sum(points) / len(points))
         return rewards
@@ -294,7 +300,10 @@ def make_ioi_code_reward(script_args: Any, training_args: Any = None) -> Callabl
 # --------------------------------------------------------------------------------------------------------------------
 # cf_code
 # --------------------------------------------------------------------------------------------------------------------
-def cf_score(passed: int, total: int, mode: str) -> float:
+ScoringMode = Literal["pass_fail", "partial", "weighted_sum"]  # how cf_code scores the tests passed (`cf_score`)
+
+
+def cf_score(passed: int, total: int, mode: ScoringMode) -> float:
     """Open-R1's Codeforces scores: pass_fail (1 iff all pass), partial (fraction), weighted_sum (pass_fail + 0.1 x
     fraction)."""
     all_passed = float(passed == total)
@@ -304,7 +313,7 @@ def cf_score(passed: int, total: int, mode: str) -> float:
         return passed / total
     if mode == "weighted_sum":
         return all_passed + 0.1 * passed / total
-    raise ValueError(f"code_eval_scoring_mode must be pass_fail, partial or weighted_sum, got {mode!r}")
+    raise ValueError(f"code_eval_scoring_mode must be one of {', '.join(get_args(ScoringMode))}, got {mode!r}")
 
 
 NO_COMPILE_REWARD, NO_SUBMISSION_REWARD = -0.1, -1.0
@@ -382,61 +391,68 @@ def patch_code(code: str, language: str) -> str:
     return code
 
 
-def make_cf_code_reward(script_args: Any, training_args: Any = None) -> Callable:
-    """`cf_code`: Codeforces score (`code_eval_scoring_mode`: pass_fail, partial or weighted_sum) over the row's
-    `official_tests` plus its generated tests (`cf_tests_folder`, default `$CF_TESTS_FOLDER`), with the row's
-    `generated_checker` when it has one, reading `input.txt` / writing `output.txt` when `input_mode` is "file", and
-    Open-R1's code patches when `cf_patch_code` is set. -0.1 for a compile error, -1.0 for no code; None for a row
-    that cannot be judged (or has no tests) or a sandbox failure.
+def make_cf_code_reward(provider: ProviderName = "local", language: str = "python",
+                        scoring_mode: ScoringMode = "weighted_sum", test_batch_size: int = 1,
+                        tests_folder: str | None = None, patch: bool = False, num_parallel: int | None = None,
+                        allow_unsandboxed: bool = False, e2b_router_url: str | None = None,
+                        morph_router_url: str | None = None) -> Callable:
+    """Builds `cf_code`: the Codeforces score over the row's `official_tests` plus its generated tests, with the
+    row's `generated_checker` when it has one, reading `input.txt` / writing `output.txt` when `input_mode` is
+    "file". -0.1 for a compile error, -1.0 for no code; None for a row that cannot be judged (or has no tests) or a
+    sandbox failure.
+
+    Args:
+        provider (`str`, defaults to `"local"`): the sandbox (`make_provider`; recipe: `code_provider`).
+        language (`str`, defaults to `"python"`): language of rows that name none (recipe: `code_language`).
+        scoring_mode (`str`, defaults to `"weighted_sum"`): `pass_fail`, `partial` or `weighted_sum` (`cf_score`;
+            recipe: `code_eval_scoring_mode`).
+        test_batch_size (`int`, defaults to `1`): tests run at once; `pass_fail` stops after a batch with a failure;
+            0 or less runs them all at once (recipe: `code_eval_test_batch_size`).
+        tests_folder (`str` or `None`, defaults to `$CF_TESTS_FOLDER`): generated tests,
+            `test_cases_<contest:04d>.parquet` (recipe: `cf_tests_folder`).
+        patch (`bool`, defaults to `False`): apply Open-R1's code patches before running (`patch_code`; recipe:
+            `cf_patch_code`).
+        num_parallel, allow_unsandboxed, e2b_router_url, morph_router_url: as for `make_provider`.
+
+    Returns:
+        `Callable`: `cf_code_reward(completions, log_metric=None, **columns)`.
 
     Example: 3 of 4 tests passed gives pass_fail 0.0, partial 0.75, weighted_sum 0.075; all passed, weighted_sum 1.1.
     """
-    provider = make_provider(script_args)
-    mode = script_args.code_eval_scoring_mode
-    cf_score(1, 1, mode)  # fail at start-up on a bad mode
-    folder = script_args.cf_tests_folder or os.environ.get("CF_TESTS_FOLDER") or None
+    cf_score(1, 1, scoring_mode)  # fail at start-up on a bad mode
+    sandbox = make_provider(provider, num_parallel, allow_unsandboxed, e2b_router_url, morph_router_url)
+    folder = tests_folder or os.environ.get("CF_TESTS_FOLDER") or None
     warnings = RowWarnings("cf_code")
+
+    def build(text: str, row: dict) -> Job:
+        cases = cf_cases(row) + generated_tests(row, folder)
+        if not cases:
+            raise BadRow("the problem has no tests (official or generated)")
+        row_language = known_language(row.get("language"), language)
+        input_mode = row.get("input_mode") or "stdin"
+        if input_mode not in ("stdin", "file"):
+            raise BadRow(f"input_mode must be 'stdin' or 'file', got {input_mode!r}")
+        code = extract_code(text, row_language)
+        program = Program(code=patch_code(code, row_language) if patch else code, language=row_language,
+                          output_file="output.txt" if input_mode == "file" else None,
+                          time_limit=positive_number(row.get("time_limit"), "time_limit", 2.0),
+                          memory_mb=int(positive_number(row.get("memory_limit"), "memory_limit", 256)))
+        checker = row.get("generated_checker") or None
+        if checker is not None and not isinstance(checker, str):
+            raise BadRow("generated_checker must be Python source text")
+        return program, (cases, Program(checker, language="python", time_limit=10.0) if checker else None)
+
+    def run(jobs: list[Job]) -> list[Tests]:
+        return [run_cases(sandbox, program, cases, test_batch_size, stop_on_failure=scoring_mode == "pass_fail",
+                          checker=checker) for program, (cases, checker) in jobs]
+
+    def score(job: Job, tests: Tests) -> float:
+        if any(result.status == COMPILE_ERROR for result, _ in tests):
+            return NO_COMPILE_REWARD
+        return cf_score(sum(s >= 1.0 for _, s in tests), len(job[1][0]), scoring_mode)
 
     def cf_code_reward(completions, log_metric=None, **columns) -> list[float | None]:
         rows = sample_rows(columns, len(completions))
-        rewards: list[float | None] = []
-        errors = bad = 0
-        for index, (text, row) in enumerate(zip(texts(completions), rows)):
-            try:
-                cases = cf_cases(row) + generated_tests(row, folder)
-                if not cases:
-                    raise BadRow("the problem has no tests (official or generated)")
-                language = known_language(row.get("language"), script_args.code_language)
-                input_mode = row.get("input_mode") or "stdin"
-                if input_mode not in ("stdin", "file"):
-                    raise BadRow(f"input_mode must be 'stdin' or 'file', got {input_mode!r}")
-                base = Program(code="", language=language, output_file="output.txt" if input_mode == "file" else None,
-                               time_limit=positive_number(row.get("time_limit"), "time_limit", 2.0),
-                               memory_mb=int(positive_number(row.get("memory_limit"), "memory_limit", 256)))
-                checker = row.get("generated_checker") or None
-                if checker is not None and not isinstance(checker, str):
-                    raise BadRow("generated_checker must be Python source text")
-            except BadRow as e:
-                warnings.bad(index, row, str(e))
-                bad += 1
-                rewards.append(None)
-                continue
-            code = extract_code(text, language)
-            if not code.strip():
-                rewards.append(NO_SUBMISSION_REWARD)
-                continue
-            base.code = patch_code(code, language) if script_args.cf_patch_code else code
-            check = Program(checker, language="python", time_limit=10.0) if checker else None
-            scored = run_cases(provider, base, cases, script_args.code_eval_test_batch_size,
-                               stop_on_failure=mode == "pass_fail", checker=check)
-            if any(r.status == SANDBOX_ERROR for r, _ in scored):
-                errors += 1
-                rewards.append(None)
-            elif any(r.status == COMPILE_ERROR for r, _ in scored):
-                rewards.append(NO_COMPILE_REWARD)
-            else:
-                rewards.append(cf_score(sum(s >= 1.0 for _, s in scored), len(cases), mode))
-        count_errors(log_metric, "cf_code", errors, bad)
-        return rewards
+        return score_rows("cf_code", completions, rows, warnings, build, run, score, NO_SUBMISSION_REWARD, log_metric)
 
     return cf_code_reward

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import Literal, get_args
 
+from r1kit.errors import ConfigError
 from r1kit.rewards.text import per_sample, texts
 
 TAGS = ("<think>", "</think>", "<answer>", "</answer>")
@@ -26,8 +27,17 @@ def think_answer_parts(text: str, think_prefilled: bool = False) -> tuple[str, s
     return think, answer
 
 
-def make_format_reward(script_args: Any, training_args: Any = None) -> Callable:
-    prefilled = bool(script_args.format_think_prefilled)
+def make_format_reward(think_prefilled: bool = False) -> Callable:
+    """Builds the `format` reward.
+
+    Args:
+        think_prefilled (`bool`, defaults to `False`): accept completions that start inside the think block (the
+            chat template's generation prompt ends in `<think>`; recipe: `format_think_prefilled`).
+
+    Returns:
+        `Callable`: `format_reward(completions, **kwargs)`.
+    """
+    prefilled = bool(think_prefilled)
 
     def format_reward(completions, **kwargs) -> list[float]:
         """1.0 for exactly one `<think>...</think>` block then one `<answer>...</answer>` block and nothing else.
@@ -47,8 +57,17 @@ def make_format_reward(script_args: Any, training_args: Any = None) -> Callable:
     return format_reward
 
 
-def make_tag_count_reward(script_args: Any, training_args: Any = None) -> Callable:
-    prefilled = bool(script_args.format_think_prefilled)
+def make_tag_count_reward(think_prefilled: bool = False) -> Callable:
+    """Builds the `tag_count` reward.
+
+    Args:
+        think_prefilled (`bool`, defaults to `False`): count a missing `<think>` as present (it sits in the prompt;
+            recipe: `format_think_prefilled`).
+
+    Returns:
+        `Callable`: `tag_count_reward(completions, **kwargs)`.
+    """
+    prefilled = bool(think_prefilled)
 
     def tag_count_reward(completions, **kwargs) -> list[float]:
         """0.25 for each of `<think>`, `</think>`, `<answer>`, `</answer>` present exactly once.
@@ -74,7 +93,9 @@ def make_tag_count_reward(script_args: Any, training_args: Any = None) -> Callab
 _STEP = re.compile(r"Step \d+:|^[ \t]*\d+\.\s|^[ \t]*[-*•][ \t]|\b(?:First|Second|Next|Finally),", re.MULTILINE)
 
 
-def make_reasoning_steps_reward(script_args: Any, training_args: Any = None) -> Callable:
+def make_reasoning_steps_reward() -> Callable:
+    """Builds the `reasoning_steps` reward (it has no parameters)."""
+
     def reasoning_steps_reward(completions, **kwargs) -> list[float]:
         """min(1, steps / 3), counting "Step N:", numbered lines, "- " / "* " bullets and First/Second/Next/Finally.
 
@@ -87,7 +108,26 @@ def make_reasoning_steps_reward(script_args: Any, training_args: Any = None) -> 
     return reasoning_steps_reward
 
 
-def _words(text: str, language: str) -> list[str]:
+RepetitionLanguage = Literal["en", "zh"]  # whitespace words, or jieba's tokens
+
+
+def check_repetition_params(n_grams: int, max_penalty: float, language: str = "en") -> None:
+    """The repetition penalty's parameter rules, checked where the reward is built and where the recipe is read.
+
+    Raises:
+        `ConfigError` (a `ValueError`) naming the recipe field: `repetition_max_penalty` above 0,
+        `repetition_n_grams` below 1, `repetition_language` not one of `en`, `zh`.
+    """
+    if max_penalty > 0:
+        raise ConfigError(f"repetition_max_penalty must be <= 0 (a penalty should not be positive), got {max_penalty}")
+    if n_grams < 1:
+        raise ConfigError(f"repetition_n_grams must be >= 1, got {n_grams}")
+    if language not in get_args(RepetitionLanguage):
+        raise ConfigError(f"repetition_language must be one of {', '.join(get_args(RepetitionLanguage))}, "
+                          f"got {language!r}")
+
+
+def _words(text: str, language: RepetitionLanguage) -> list[str]:
     if language == "en":
         return text.lower().split()
     if language == "zh":
@@ -99,7 +139,7 @@ def _words(text: str, language: str) -> list[str]:
     raise ValueError(f"repetition_penalty language must be 'en' or 'zh', got {language!r}")
 
 
-def repetition_penalty(text: str, n: int, max_penalty: float, language: str = "en") -> float:
+def repetition_penalty(text: str, n: int, max_penalty: float, language: RepetitionLanguage = "en") -> float:
     """(1 - unique n-grams / n-grams) * max_penalty; 0.0 for texts shorter than n words."""
     words = _words(text, language)
     if len(words) < n:
@@ -108,14 +148,24 @@ def repetition_penalty(text: str, n: int, max_penalty: float, language: str = "e
     return (1 - len(set(ngrams)) / len(ngrams)) * max_penalty
 
 
-def make_repetition_penalty_reward(script_args: Any, training_args: Any = None) -> Callable:
-    n, max_penalty = script_args.repetition_n_grams, script_args.repetition_max_penalty
-    language = script_args.repetition_language
-    if max_penalty > 0:
-        raise ValueError(f"max_penalty {max_penalty} should not be positive")
-    if n < 1:
-        raise ValueError(f"repetition_n_grams must be >= 1, got {n}")
-    _words("", language)  # fail now, not mid-training, on an unknown language
+def make_repetition_penalty_reward(n_grams: int = 3, max_penalty: float = -1.0,
+                                   language: RepetitionLanguage = "en") -> Callable:
+    """Builds the `repetition_penalty` reward.
+
+    Args:
+        n_grams (`int`, defaults to `3`): n of the n-grams (recipe: `repetition_n_grams`).
+        max_penalty (`float`, defaults to `-1.0`): the penalty of a text that is one n-gram repeated; must be <= 0
+            (recipe: `repetition_max_penalty`).
+        language (`str`, defaults to `"en"`): `en` (whitespace words) or `zh` (jieba; recipe: `repetition_language`).
+
+    Returns:
+        `Callable`: `repetition_penalty_reward(completions, **kwargs)`.
+
+    Raises:
+        `ConfigError` for a parameter that breaks `check_repetition_params`; `ImportError` for `zh` without jieba.
+    """
+    check_repetition_params(n_grams, max_penalty, language)
+    _words("", language)  # fail now, not mid-training, when jieba is missing
 
     def repetition_penalty_reward(completions, **kwargs) -> list[float]:
         """(1 - distinct n-grams / n-grams) x `repetition_max_penalty` (<= 0), over words (en) or jieba tokens (zh).
@@ -124,24 +174,42 @@ def make_repetition_penalty_reward(script_args: Any, training_args: Any = None) 
             >>> repetition_penalty_reward(["a b a b"])
             [-0.3333333333333333]
         """
-        return [repetition_penalty(t, n, max_penalty, language) for t in texts(completions)]
+        return [repetition_penalty(t, n_grams, max_penalty, language) for t in texts(completions)]
 
     return repetition_penalty_reward
 
 
-def soft_overlong_limits(script_args: Any, training_args: Any = None) -> tuple[int, int]:
-    """(limit, ramp width) in tokens: the configured values, else the trainer's `max_completion_length` and a
-    quarter of it, so that the punishment fires within what the trainer can generate."""
-    trainer_limit = training_args.max_completion_length if training_args is not None else None
-    limit = script_args.max_completion_len or trainer_limit or 16384
-    cache = script_args.soft_punish_cache if script_args.soft_punish_cache is not None else max(1, limit // 4)
+DEFAULT_OVERLONG_LIMIT = 16384  # tokens, when neither the recipe nor the trainer gives a limit
+
+
+def soft_overlong_limits(max_completion_len: int | None = None, soft_punish_cache: int | None = None) -> tuple[int, int]:
+    """(limit, ramp width) in tokens: the given values; the limit defaults to `DEFAULT_OVERLONG_LIMIT` and the ramp
+    to a quarter of the limit.
+
+    Raises:
+        `ConfigError` (a `ValueError`) when the ramp is not in (0, limit].
+    """
+    limit = max_completion_len or DEFAULT_OVERLONG_LIMIT
+    cache = soft_punish_cache if soft_punish_cache is not None else max(1, limit // 4)
     if not 0 < cache <= limit:
-        raise ValueError(f"soft_punish_cache ({cache}) must be in (0, max_completion_len ({limit})]")
+        raise ConfigError(f"soft_punish_cache ({cache}) must be in (0, max_completion_len ({limit})]")
     return limit, cache
 
 
-def make_soft_overlong_punishment(script_args: Any, training_args: Any = None) -> Callable:
-    limit, cache = soft_overlong_limits(script_args, training_args)
+def make_soft_overlong_punishment(max_completion_len: int | None = None, soft_punish_cache: int | None = None) -> Callable:
+    """Builds the `soft_overlong_punishment` reward (DAPO).
+
+    Args:
+        max_completion_len (`int` or `None`, defaults to `None`): the limit in tokens; `None` is
+            `DEFAULT_OVERLONG_LIMIT`. The registry passes the recipe's `max_completion_len`, else the trainer's
+            `max_completion_length`, so that the punishment fires within what the trainer can generate.
+        soft_punish_cache (`int` or `None`, defaults to `None`): width of the ramp in tokens; `None` is a quarter of
+            the limit (recipe: `soft_punish_cache`).
+
+    Returns:
+        `Callable`: `soft_overlong_punishment_reward(completions=None, completion_ids=None, **kwargs)`.
+    """
+    limit, cache = soft_overlong_limits(max_completion_len, soft_punish_cache)
 
     def soft_overlong_punishment_reward(completions=None, completion_ids=None, **kwargs) -> list[float | None]:
         """DAPO's soft overlong punishment on token counts: 0 up to limit - cache, then down to -1 at the limit.
@@ -178,9 +246,19 @@ def fenced_blocks(text: str, language: str) -> list[str]:
     return pattern.findall(text)
 
 
-def make_code_format_reward(script_args: Any, training_args: Any = None) -> Callable:
-    default_language = script_args.code_language
-    prefilled = bool(script_args.format_think_prefilled)
+def make_code_format_reward(language: str = "python", think_prefilled: bool = False) -> Callable:
+    """Builds the `code_format` reward.
+
+    Args:
+        language (`str`, defaults to `"python"`): fence language expected when a row has no `language` column
+            (recipe: `code_language`).
+        think_prefilled (`bool`, defaults to `False`): as for `make_format_reward` (recipe: `format_think_prefilled`).
+
+    Returns:
+        `Callable`: `code_format_reward(completions, language=None, **kwargs)`.
+    """
+    default_language = language
+    prefilled = bool(think_prefilled)
 
     def code_format_reward(completions, language=None, **kwargs) -> list[float]:
         """1.0 for the think/answer format with a fenced block of the row's `language` (else `code_language`) in the

@@ -9,33 +9,35 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from itertools import groupby
-from typing import Any
 
+from r1kit.errors import ConfigError
 from r1kit.rewards.text import per_sample, texts
-from r1kit.rewards.verify import CORRECT, TIMEOUT, UNPARSEABLE_GOLD, get_pool, judge_batch
+from r1kit.rewards.verify import CORRECT, DEFAULT_TIMEOUT, TIMEOUT, UNPARSEABLE_GOLD, get_pool, judge_batch
 
 
-def _judge(script_args: Any, name: str, completions, solution, log_metric) -> list[str]:
+def _judge(name: str, completions, solution, log_metric, timeout: float, workers: int | None) -> list[str]:
     golds = per_sample(solution, len(completions))
-    outcomes = judge_batch(
-        golds,
-        texts(completions),
-        timeout=script_args.reward_timeout,
-        workers=script_args.reward_workers,
-    )
+    outcomes = judge_batch(golds, texts(completions), timeout=timeout, workers=workers)
     if log_metric is not None:
         log_metric(f"rewards/{name}/unparseable_gold", float(sum(o == UNPARSEABLE_GOLD for o in outcomes)))
         log_metric(f"rewards/{name}/timeouts", float(sum(o == TIMEOUT for o in outcomes)))
     return outcomes
 
 
-def _warm_up(script_args: Any) -> None:
-    """Start the verifier workers while the model loads."""
-    get_pool(script_args.reward_workers).warm_up()
+def make_accuracy_reward(timeout: float = DEFAULT_TIMEOUT, workers: int | None = None) -> Callable:
+    """Builds the `accuracy` reward, and starts the verifier workers (so that they import while the model loads).
 
+    Args:
+        timeout (`float`, defaults to `DEFAULT_TIMEOUT`, 5 s): seconds allowed to verify one answer; past it the
+            sample is wrong and counted in `rewards/<name>/timeouts` (recipe: `reward_timeout`).
+        workers (`int` or `None`, defaults to `None`): math-verify worker processes; `None` is the number of cores,
+            at most 8 (recipe: `reward_workers`).
 
-def make_accuracy_reward(script_args: Any, training_args: Any = None) -> Callable:
-    _warm_up(script_args)
+    Returns:
+        `Callable`: `accuracy_reward(completions, solution, log_metric=None, **kwargs)`.
+    """
+    get_pool(workers).warm_up()
+
     def accuracy_reward(completions, solution=None, log_metric=None, **kwargs) -> list[float | None]:
         """Whether each completion's final answer equals the gold answer, by math-verify.
 
@@ -51,7 +53,7 @@ def make_accuracy_reward(script_args: Any, training_args: Any = None) -> Callabl
             >>> accuracy_reward([r"so \\boxed{4}", r"\\boxed{5}"], solution=["4", "4"])
             [1.0, 0.0]
         """
-        outcomes = _judge(script_args, "accuracy", completions, solution, log_metric)
+        outcomes = _judge("accuracy", completions, solution, log_metric, timeout, workers)
         return [None if o == UNPARSEABLE_GOLD else float(o == CORRECT) for o in outcomes]
 
     return accuracy_reward
@@ -76,15 +78,51 @@ def cosine_scaled(correct: bool, length: int, max_len: int, bounds: tuple[float,
     return lo + 0.5 * (hi - lo) * (1.0 + math.cos(progress * math.pi))
 
 
-def make_cosine_reward(script_args: Any, training_args: Any = None) -> Callable:
-    bounds = (
-        script_args.cosine_min_value_wrong,
-        script_args.cosine_max_value_wrong,
-        script_args.cosine_min_value_correct,
-        script_args.cosine_max_value_correct,
-    )
-    max_len = script_args.cosine_max_len
-    _warm_up(script_args)
+def check_cosine_bounds(min_value_wrong: float, max_value_wrong: float, min_value_correct: float,
+                        max_value_correct: float, max_len: int) -> None:
+    """The cosine reward's parameter rules, checked where the reward is built and where the recipe is read.
+
+    Raises:
+        `ConfigError` (a `ValueError`) naming the recipe fields: the bounds must be ordered `cosine_min_value_wrong`
+        <= `cosine_max_value_wrong` <= `cosine_min_value_correct` <= `cosine_max_value_correct` (a right answer never
+        earns less than a wrong one), and `cosine_max_len` must be positive.
+    """
+    bounds = {
+        "cosine_min_value_wrong": min_value_wrong,
+        "cosine_max_value_wrong": max_value_wrong,
+        "cosine_min_value_correct": min_value_correct,
+        "cosine_max_value_correct": max_value_correct,
+    }
+    values = list(bounds.values())
+    if any(a > b for a, b in zip(values, values[1:])):
+        raise ConfigError(f"cosine bounds must be ordered {' <= '.join(bounds)}, got {bounds}")
+    if max_len <= 0:
+        raise ConfigError(f"cosine_max_len must be positive, got {max_len}")
+
+
+def make_cosine_reward(min_value_wrong: float = -1.0, max_value_wrong: float = -0.5, min_value_correct: float = 0.5,
+                       max_value_correct: float = 1.0, max_len: int = 1000, timeout: float = DEFAULT_TIMEOUT,
+                       workers: int | None = None) -> Callable:
+    """Builds the `cosine` reward (and starts the verifier workers).
+
+    Args:
+        min_value_wrong (`float`, defaults to `-1.0`): a wrong answer of length 0 (recipe: `cosine_min_value_wrong`).
+        max_value_wrong (`float`, defaults to `-0.5`): a wrong answer of `max_len` or more (`cosine_max_value_wrong`).
+        min_value_correct (`float`, defaults to `0.5`): a right answer of `max_len` or more
+            (`cosine_min_value_correct`).
+        max_value_correct (`float`, defaults to `1.0`): a right answer of length 0 (`cosine_max_value_correct`).
+        max_len (`int`, defaults to `1000`): the length scale, in tokens when ids are given (`cosine_max_len`).
+        timeout (`float`), workers (`int` or `None`): as for `make_accuracy_reward`.
+
+    Returns:
+        `Callable`: `cosine_scaled_reward(completions, solution, completion_ids=None, log_metric=None, **kwargs)`.
+
+    Raises:
+        `ConfigError` for parameters that break `check_cosine_bounds`.
+    """
+    check_cosine_bounds(min_value_wrong, max_value_wrong, min_value_correct, max_value_correct, max_len)
+    bounds = (min_value_wrong, max_value_wrong, min_value_correct, max_value_correct)
+    get_pool(workers).warm_up()
 
     def cosine_scaled_reward(
         completions, solution=None, completion_ids=None, log_metric=None, **kwargs
@@ -103,7 +141,7 @@ def make_cosine_reward(script_args: Any, training_args: Any = None) -> Callable:
             >>> cosine_scaled_reward([r"\\boxed{4}"], solution=["4"], completion_ids=[[0] * 1000])
             [0.5]
         """
-        outcomes = _judge(script_args, "cosine", completions, solution, log_metric)
+        outcomes = _judge("cosine", completions, solution, log_metric, timeout, workers)
         return [
             None if o == UNPARSEABLE_GOLD else cosine_scaled(o == CORRECT, n, max_len, bounds)
             for o, n in zip(outcomes, _lengths(completions, completion_ids))
@@ -143,8 +181,17 @@ def kimi_length_rewards(correct: list[bool | None], lengths: list[int]) -> list[
     return out
 
 
-def make_length_reward(script_args: Any, training_args: Any = None) -> Callable:
-    _warm_up(script_args)
+def make_length_reward(timeout: float = DEFAULT_TIMEOUT, workers: int | None = None) -> Callable:
+    """Builds the `length` reward (and starts the verifier workers).
+
+    Args:
+        timeout (`float`), workers (`int` or `None`): as for `make_accuracy_reward`.
+
+    Returns:
+        `Callable`: `len_reward(completions, solution, completion_ids=None, prompts=None, log_metric=None, **kwargs)`.
+    """
+    get_pool(workers).warm_up()
+
     def len_reward(
         completions, solution=None, completion_ids=None, prompts=None, log_metric=None, **kwargs
     ) -> list[float | None]:
@@ -162,7 +209,7 @@ def make_length_reward(script_args: Any, training_args: Any = None) -> Callable:
             >>> len_reward([r"\\boxed{4}", r"\\boxed{4}" + " " * 100], solution=["4", "4"])
             [0.5, -0.5]
         """
-        outcomes = _judge(script_args, "length", completions, solution, log_metric)
+        outcomes = _judge("length", completions, solution, log_metric, timeout, workers)
         correct = [None if o == UNPARSEABLE_GOLD else o == CORRECT for o in outcomes]
         lengths = _lengths(completions, completion_ids)
         rewards: list[float | None] = [None] * len(completions)

@@ -1,7 +1,10 @@
-"""Helpers shared by the rewards: reading completion text whatever shape TRL hands it in."""
+"""Helpers shared by the rewards: reading completion text whatever shape TRL hands it in, the `<answer>` block, and
+warnings logged once."""
 
 from __future__ import annotations
 
+import logging
+import re
 from typing import Any
 
 
@@ -39,3 +42,15 @@ def per_sample(value: Any, n: int) -> list[Any]:
     if isinstance(value, (list, tuple)):
         return list(value)
     return [value] * n
+
+
+ANSWER_BLOCK = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)  # the answer block of the think/answer format
+
+_LOGGED: set[tuple[str, str]] = set()
+
+
+def log_once(logger: logging.Logger, key: str, message: str, *args: Any) -> None:
+    """Logs `message % args` as a warning the first time `logger` meets `key` in this process, and never again."""
+    if (logger.name, key) not in _LOGGED:
+        _LOGGED.add((logger.name, key))
+        logger.warning(message, *args)

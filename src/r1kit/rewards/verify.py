@@ -37,6 +37,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 
+from r1kit.rewards.text import ANSWER_BLOCK, log_once
+
 logger = logging.getLogger(__name__)
 
 # Outcome of one judgement.
@@ -65,7 +67,6 @@ def _configs():
 
 
 _CONFIGS = None
-_ANSWER_BLOCK = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 
 
 _POWER_CHAIN = re.compile(r"\d+(?:\s*\^\s*\{?\s*\d+)+")
@@ -119,7 +120,7 @@ def judge(gold: str, answer: str, limit: int | None = None) -> str:
     if _has_huge_power(answer) and not _has_huge_power(str(gold)):
         return WRONG  # cannot equal the gold, and would hang sympy until the time limit
     answer_parsed = parse(answer, extraction_config=answer_cfg, extraction_mode="first_match", parsing_timeout=limit)
-    blocks = _ANSWER_BLOCK.findall(answer)
+    blocks = ANSWER_BLOCK.findall(answer)
     if not answer_parsed and blocks:
         # Inside an explicit <answer> block a bare "42" is the answer; outside one, plain numbers are not read
         # (any number in the reasoning would count).
@@ -140,17 +141,10 @@ def _judge_reporting(gold: str, answer: str, limit: int | None) -> tuple[str, st
         return WRONG, f"{type(e).__name__}: {str(e)[:300]}"
 
 
-_REPORTED: set[str] = set()
-
-
 def _report_error(error: str) -> None:
     """Logs an exception that turned a sample into WRONG, once per exception type."""
-    kind = error.split(":", 1)[0]
-    if kind not in _REPORTED:
-        _REPORTED.add(kind)
-        logger.warning(
-            "Verifying a math answer raised %s; the sample counts as wrong (logged once per exception type).", error
-        )
+    log_once(logger, "error:" + error.split(":", 1)[0],
+             "Verifying a math answer raised %s; the sample counts as wrong (logged once per exception type).", error)
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -354,15 +348,6 @@ def get_pool(workers: int | None = None) -> VerifierPool:
         return _POOL
 
 
-_WARNED: set[str] = set()
-
-
-def _warn_once(key: str, message: str, *args) -> None:
-    if key not in _WARNED:
-        _WARNED.add(key)
-        logger.warning(message, *args)
-
-
 def _silence_math_verify_timeout_notice() -> None:
     """math-verify warns, once, that a disabled limit is the caller's business: r1kit has just said so itself."""
     import math_verify.grader
@@ -376,12 +361,13 @@ def _silence_math_verify_timeout_notice() -> None:
 def _judge_in_process(pairs: list[tuple[str, str]], why: str, timeout: float) -> list[str]:
     """Fallback when worker processes cannot run: math-verify in this process. Its signal-based time limit (rounded up
     to whole seconds) works on the main thread only; elsewhere the same verdicts come without a hard limit."""
-    _warn_once("in-process", "%s; verifying math answers in-process.", why)
+    log_once(logger, "in-process", "%s; verifying math answers in-process.", why)
     if threading.current_thread() is threading.main_thread():
         limit = max(1, math.ceil(timeout))
     else:
         limit = None
-        _warn_once(
+        log_once(
+            logger,
             "no-limit",
             "Verifying math answers in-process off the main thread: no hard time limit applies there "
             "(math-verify's limit needs the main thread's signals).",

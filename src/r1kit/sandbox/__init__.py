@@ -7,218 +7,56 @@ rewards turn it into `None`, never into a 0.
 
 Back ends: `local` (default; a bubblewrap jail on this machine, no account), `piston` (a Piston server), `e2b` and `morph` (their
 routers over HTTP, or their SDKs from `pip install r1kit[code]`).
+
+Layout: `program.py` (the interface: Program, TestResult, statuses, the harness protocol), `jail.py` (the jail and
+running a process in it), `local.py` and `remote.py` (the providers), `scripts/` (what runs inside a jail, never
+imported by r1kit).
 """
 
 from __future__ import annotations
 
-import base64
-import json
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Literal, get_args
 
-PASSED = "passed"
-WRONG_ANSWER = "wrong_answer"
-RUNTIME_ERROR = "runtime_error"
-TIME_LIMIT = "time_limit"
-MEMORY_LIMIT = "memory_limit"
-COMPILE_ERROR = "compile_error"
-SANDBOX_ERROR = "sandbox_error"
-LANGUAGES = ("python", "cpp")
-STATUSES = (PASSED, WRONG_ANSWER, RUNTIME_ERROR, TIME_LIMIT, MEMORY_LIMIT, COMPILE_ERROR, SANDBOX_ERROR)
+from r1kit.sandbox.local import LocalProvider
+from r1kit.sandbox.program import (
+    COMPILE_ERROR,
+    CUT_SHORT,
+    HARNESS,
+    LANGUAGES,
+    MEMORY_LIMIT,
+    PASSED,
+    RUNTIME_ERROR,
+    SANDBOX_ERROR,
+    TIME_LIMIT,
+    WRONG_ANSWER,
+    NoReply,
+    Program,
+    Provider,
+    TestResult,
+    harness_request,
+    harness_source,
+    judge,
+    normalise_output,
+    outputs_match,
+    parse_reply,
+    program_budget,
+)
+from r1kit.sandbox.remote import E2BProvider, MorphProvider, PistonProvider
 
+__all__ = [
+    "COMPILE_ERROR", "CUT_SHORT", "HARNESS", "LANGUAGES", "MEMORY_LIMIT", "PASSED", "PROVIDERS", "RUNTIME_ERROR",
+    "SANDBOX_ERROR", "TIME_LIMIT", "WRONG_ANSWER", "NoReply", "Program", "Provider", "ProviderName", "TestResult",
+    "get_provider", "harness_request", "harness_source", "judge", "normalise_output", "outputs_match", "parse_reply",
+    "program_budget",
+]
 
-@dataclass
-class Program:
-    """A program and its tests.
-
-    Args:
-        code (`str`): source code.
-        language (`str`, defaults to `"python"`): one of `LANGUAGES` (`python`, `cpp`).
-        inputs (`list[str]`): stdin of each test.
-        expected (`list[str | None]`): expected stdout of each test; `None` only requires a clean exit.
-        time_limit (`float`, defaults to `5.0`): seconds of wall time per test.
-        memory_mb (`int`, defaults to `512`): address-space limit per test.
-        argv (`list[str]`): extra command-line arguments (e.g. file names for a checker).
-        files (`dict[str, str]`): extra files written next to the program (e.g. a grader, a header).
-        test_files (`list[dict[str, str]]`): files written before each test, one mapping per test (e.g. a checker's
-            `input.txt`, `correct_output.txt`, `solution_output.txt`).
-        output_file (`str` or `None`): the program writes its answer to this file (Codeforces file I/O) instead of
-            stdout; the file's content is judged.
-    """
-
-    code: str
-    language: str = "python"
-    inputs: list[str] = field(default_factory=list)
-    expected: list[str | None] = field(default_factory=list)
-    time_limit: float = 5.0
-    memory_mb: int = 512
-    argv: list[str] = field(default_factory=list)
-    files: dict[str, str] = field(default_factory=dict)
-    test_files: list[dict[str, str]] = field(default_factory=list)
-    output_file: str | None = None
-
-    def __post_init__(self):
-        if not self.expected:
-            self.expected = [None] * len(self.inputs)
-        if len(self.expected) != len(self.inputs):
-            raise ValueError("Program needs one expected output per input")
-        if self.language not in LANGUAGES:
-            raise ValueError(f"unknown language {self.language!r}; supported: {', '.join(LANGUAGES)}")
-        if not self.time_limit > 0 or not self.memory_mb > 0:
-            raise ValueError("time_limit and memory_mb must be positive")
+ProviderName = Literal["local", "piston", "e2b", "morph"]
+PROVIDERS: tuple[str, ...] = get_args(ProviderName)
+_CLASSES = {"local": LocalProvider, "piston": PistonProvider, "e2b": E2BProvider, "morph": MorphProvider}
 
 
-@dataclass
-class TestResult:
-    """The outcome of one test."""
-
-    status: str
-    stdout: str = ""
-    stderr: str = ""
-    seconds: float = 0.0
-
-    @property
-    def passed(self) -> bool:
-        return self.status == PASSED
-
-
-class Provider(Protocol):
-    def execute(self, programs: list[Program]) -> list[list[TestResult]]: ...
-
-
-def normalise_output(text: str) -> list[str]:
-    """Lines with runs of whitespace collapsed, trailing blank lines dropped."""
-    lines = [" ".join(line.split()) for line in text.replace("\r\n", "\n").split("\n")]
-    while lines and not lines[-1]:
-        lines.pop()
-    return lines
-
-
-def outputs_match(actual: str, expected: str) -> bool:
-    """The whole output must match line for line (a missing or extra line is wrong), whitespace-normalised."""
-    return normalise_output(actual) == normalise_output(expected)
-
-
-def judge(result: TestResult, expected: str | None) -> TestResult:
-    """Turns a clean run into passed or wrong answer by comparing its output."""
-    if result.status == PASSED and expected is not None and not outputs_match(result.stdout, expected):
-        result.status = WRONG_ANSWER
-    return result
-
-
-HARNESS_STATUSES = (PASSED, RUNTIME_ERROR, TIME_LIMIT, MEMORY_LIMIT)
-CUT_SHORT = "the harness stopped before this test finished: the program killed, stalled or confused it"
-
-
-def _text64(value: Any) -> str:
-    if not isinstance(value, str):
-        raise TypeError("malformed text")
-    return base64.b64decode(value, validate=True).decode("utf-8", "replace")
-
-
-def _result_line(line: dict) -> TestResult:
-    r = line["result"]
-    if r["status"] not in HARNESS_STATUSES:
-        raise TypeError("malformed result")
-    seconds = float(r["seconds"])
-    if not 0.0 <= seconds < 1e6:
-        raise ValueError("malformed seconds")
-    return TestResult(r["status"], _text64(r["stdout64"]), _text64(r["stderr64"]), seconds)
-
-
-class NoReply(ValueError):
-    """The harness never said `ready`: the sandbox itself failed (an infrastructure failure)."""
-
-
-def _load_line(line: str) -> Any:
-    if len(line) > MAX_REPLY_LINE:
-        return None
-    try:
-        return json.loads(line)
-    except Exception:  # noqa: BLE001 - whatever a line does (too deep, not JSON), it is not a valid reply
-        return None
-
-
-MAX_REPLY_LINE = 96 << 20  # a test's stdout and stderr at their limits, in base64
-
-
-def parse_reply(program: Program, lines: list[str]) -> list[TestResult]:
-    """Judged results from the harness's reply lines (see `_harness.py`).
-
-    Raises NoReply when the harness never said `ready` (the sandbox itself failed: an infrastructure failure).
-    After `ready`, a reply that is cut short or malformed in any way is the program's doing: the tests without a
-    valid result are runtime errors, never a sandbox error, and nothing in a line can make this raise."""
-    parsed, ready = [], False
-    for line in lines:
-        item = _load_line(line)
-        if not ready:
-            ready = isinstance(item, dict) and item.get("ready") is True
-            continue
-        parsed.append(item)
-    if not ready:
-        raise NoReply("no ready line from the sandbox harness")
-    results: list[TestResult] = []
-    items = iter(parsed)
-    if program.language == "cpp":
-        compiled = next(items, None)
-        try:
-            if compiled["compile"]["ok"] is not True:
-                stderr = _text64(compiled["compile"]["stderr64"])
-                return [TestResult(COMPILE_ERROR, stderr=stderr) for _ in program.inputs]
-        except Exception:  # noqa: BLE001 - malformed: the program's doing
-            return [TestResult(RUNTIME_ERROR, stderr=CUT_SHORT) for _ in program.inputs]
-    for item in items:
-        if len(results) == len(program.inputs):
-            break
-        try:
-            results.append(_result_line(item))
-        except Exception:  # noqa: BLE001 - malformed: the program's doing
-            break
-    results += [TestResult(RUNTIME_ERROR, stderr=CUT_SHORT) for _ in range(len(program.inputs) - len(results))]
-    return [judge(r, expected) for r, expected in zip(results, program.expected)]
-
-
-def program_budget(program: Program, startup: float = 15.0, compile_seconds: float = 60.0) -> float:
-    """Wall seconds a sandbox may take for `program` before it is stopped: start-up, the compile, every test at its
-    limit. Past it, a program that got its harness ready is judged on what finished (the rest is wrong)."""
-    compiling = compile_seconds if program.language == "cpp" else 0.0
-    return startup + compiling + len(program.inputs) * (program.time_limit + 1.0)
-
-
-def harness_request(program: Program, max_output: int = 16 << 20, max_processes: int = 64) -> dict:
-    """The request `_harness.serve` takes for `program` (never the expected outputs)."""
-    return {
-        "language": program.language,
-        "code": program.code,
-        "inputs": program.inputs,
-        "time_limit": program.time_limit,
-        "memory_mb": program.memory_mb,
-        "max_output": max_output,
-        "nproc": max_processes,
-        "argv": program.argv,
-        "files": program.files,
-        "test_files": program.test_files,
-        "output_file": program.output_file,
-        "contained": False,
-    }
-
-
-def get_provider(name: str = "local", **options) -> Provider:
+def get_provider(name: ProviderName = "local", **options) -> Provider:
     """The provider `name` (`local`, `piston`, `e2b`, `morph`) built with `options`."""
-    if name == "local":
-        from r1kit.sandbox.local import LocalProvider
-
-        return LocalProvider(**options)
-    if name == "piston":
-        from r1kit.sandbox.remote import PistonProvider
-
-        return PistonProvider(**options)
-    if name == "e2b":
-        from r1kit.sandbox.remote import E2BProvider
-
-        return E2BProvider(**options)
-    if name == "morph":
-        from r1kit.sandbox.remote import MorphProvider
-
-        return MorphProvider(**options)
-    raise ValueError(f"unknown code provider '{name}'; available: local, piston, e2b, morph")
+    if name not in _CLASSES:
+        raise ValueError(f"unknown code provider '{name}'; available: {', '.join(PROVIDERS)}")
+    return _CLASSES[name](**options)

@@ -13,27 +13,36 @@ What a jailed program gets (the same whether the trainer runs as root or as an o
   /proc;
 - nothing else of the host: no home folders, no /etc, not the trainer's working folder, outputs, data or model.
 
-r1kit's own harness (`_harness.py`) runs inside as the jail's pid 1 (no bwrap init process inside), as the same
+r1kit's own harness (`scripts/harness.py`) runs inside as the jail's pid 1 (no bwrap init process inside), as the same
 unprivileged user, not dumpable, and adds the per-test limits.
+
+`run_in_jail` starts one jail and collects what it prints, within time and output limits; `probe` says once per
+process whether a jail starts here.
 """
 
 from __future__ import annotations
 
 import functools
+import itertools
 import logging
 import os
 import platform
+import random
+import selectors
 import shutil
 import struct
 import subprocess
 import sys
 import sysconfig
+import threading
 import time
+import uuid
 from pathlib import Path
 
 logger = logging.getLogger(__name__)
 
-LAUNCHER = Path(__file__).with_name("_launcher.py")
+LAUNCHER = Path(__file__).with_name("_launcher.py")  # root only: the stage before bwrap (runs no model-written code)
+SCRIPTS = Path(__file__).with_name("scripts")  # what runs inside a jail: harness.py, gym_server.py, humaneval_driver.py
 SANDBOX_UID = 65534  # the uid programs see inside the jail ("nobody")
 SHM_BYTES = 8 << 20  # the jail's /dev/shm, part of its writable area
 ROOT_UID_RANGE = (1_200_000, 1_900_000)  # host uids for jails started by root: no account has them
@@ -215,8 +224,6 @@ def cgroup_parents() -> dict[str, str] | None:
     parents = {c: _own_cgroup_dir(c) for c in ("memory", "pids")}
     if not all(parents.values()):
         return None
-    import uuid
-
     try:
         probe_dir = os.path.join(parents["pids"], f"r1kit-probe-{uuid.uuid4().hex}")
         os.mkdir(probe_dir)
@@ -290,14 +297,144 @@ def remove_cgroups(folders: list[str]) -> None:
                 time.sleep(0.01)
 
 
-def _traversable_by_others(path: str) -> bool:
-    """Whether a user with no relation to the owner can reach `path` (execute bit for 'other' on every folder)."""
-    path = os.path.realpath(path)
-    parts = Path(path).parents
+# --------------------------------------------------------------------------------------------------------------------
+# Running a process in a fresh jail
+# --------------------------------------------------------------------------------------------------------------------
+def jail_command(tmp_bytes: int, seccomp_fd: int | None, args: list[str], cgroups: list[str] | None = None,
+                 read_only: dict[str, str] | None = None) -> list[str]:
+    """The command that runs the base interpreter with `args` inside a fresh jail: bwrap directly for an ordinary
+    user; for root, the launcher stage first, which joins `cgroups` and drops to a host uid of the jail's own.
+    `read_only` maps host folders to the paths where the jail shows them, read-only."""
+    bwrap = find_bwrap()
+    executable, prefix = interpreter()
+    read_only = read_only or {}
+    if os.geteuid() != 0:
+        return [bwrap, *bwrap_arguments(tmp_bytes, seccomp_fd, prefix, read_only=list(read_only.items())),
+                executable, "-I", "-S", *args]
+    exposed = {f"ro{i}": (source, target) for i, (source, target) in enumerate(read_only.items())}  # via the launcher
+    bwrap_root = Path(bwrap).parents[2] if Path(bwrap).parent.name == "_bin" else Path(bwrap).parent  # binary + its libs
+    bwrap_in_view = "@bwrap/" + os.path.relpath(bwrap, bwrap_root)
+    uid = next_jail_uid()
+    return [
+        sys.executable, "-I", "-S", str(LAUNCHER), str(uid), ",".join(cgroups or []) or "-",
+        f"{prefix}=python", f"{bwrap_root}=bwrap", *(f"{source}={name}" for name, (source, _) in exposed.items()), "--",
+        bwrap_in_view, *bwrap_arguments(tmp_bytes, seccomp_fd, prefix, source_prefix="@python",
+                                        read_only=[(f"@{name}", target) for name, (_, target) in exposed.items()]),
+        executable, "-I", "-S", *args,
+    ]
+
+
+_UIDS = itertools.count(random.randrange(ROOT_UID_RANGE[1] - ROOT_UID_RANGE[0]))
+
+
+def next_jail_uid() -> int:
+    """A host uid for the next jail started by root: consecutive in this process (jails running side by side never
+    share one, so never a process limit), from a random start (other processes pick other ranges)."""
+    return ROOT_UID_RANGE[0] + next(_UIDS) % (ROOT_UID_RANGE[1] - ROOT_UID_RANGE[0])
+
+
+def _seccomp_fd() -> int | None:
+    program = seccomp_filter()
+    if program is None:
+        return None
+    fd = os.memfd_create("r1kit-seccomp", 0)
+    os.write(fd, program)
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+class Finished:
+    """What came back from a jail: exit code (None when it was stopped), stdout, stderr, and why it was stopped."""
+
+    def __init__(self, code: int | None, stdout: bytes, stderr: bytes, stopped: str | None = None):
+        self.code, self.stdout, self.stderr, self.stopped = code, stdout, stderr, stopped
+
+
+def collect(proc: subprocess.Popen, stdin: bytes, timeout: float, max_stdout: int, max_stderr: int = 64 << 10,
+            on_compiled=None) -> Finished:
+    """Feeds `stdin` and reads stdout and stderr until the process ends, at most `timeout` seconds and `max_stdout` /
+    `max_stderr` bytes: past either, the whole process group is killed (a jail cannot make the trainer wait or hold
+    memory beyond what its tests may legitimately print). `on_compiled()` is called once the harness reports its
+    compile, before any test runs."""
+
+    def feed():
+        try:
+            proc.stdin.write(stdin)
+            proc.stdin.close()
+        except OSError:  # the jail ended before reading its request
+            pass
+
+    writer = threading.Thread(target=feed, daemon=True)
+    writer.start()
+    chunks = {proc.stdout: [], proc.stderr: []}
+    sizes = {proc.stdout: 0, proc.stderr: 0}
+    limits = {proc.stdout: max_stdout, proc.stderr: max_stderr}
+    stopped = None
+    deadline = time.monotonic() + timeout
+    with selectors.DefaultSelector() as selector:
+        for stream in chunks:
+            selector.register(stream, selectors.EVENT_READ)
+        while selector.get_map():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                stopped = "time"
+                break
+            for key, _ in selector.select(min(left, 1.0)):
+                data = os.read(key.fileobj.fileno(), 1 << 16)
+                if not data:
+                    selector.unregister(key.fileobj)
+                    continue
+                sizes[key.fileobj] += len(data)
+                if sizes[key.fileobj] > limits[key.fileobj]:
+                    stopped = "output"
+                    break
+                chunks[key.fileobj].append(data)
+                if on_compiled is not None and key.fileobj is proc.stdout and b'{"compile"' in b"".join(chunks[proc.stdout][-2:]):
+                    on_compiled()
+                    on_compiled = None
+            if stopped:
+                break
+    if stopped:
+        _kill_group(proc)
     try:
-        return all(os.stat(p).st_mode & 0o001 for p in parts) and bool(os.stat(path).st_mode & 0o005)
+        code = proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:  # cannot happen to a killed group; never wait for ever
+        code = None
+    for stream in (proc.stdout, proc.stderr):
+        stream.close()
+    return Finished(None if stopped else code, b"".join(chunks[proc.stdout]), b"".join(chunks[proc.stderr]), stopped)
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, 9)  # the launcher execs bwrap in a session of its own: bwrap and the harness under it
     except OSError:
-        return False
+        proc.kill()
+
+
+def run_in_jail(args: list[str], stdin: bytes, timeout: float, tmp_bytes: int = 64 << 20,
+                memory_bytes: int | None = None, max_processes: int = 64, max_stdout: int = 1 << 30,
+                memory_after_compile: int | None = None, read_only: dict[str, str] | None = None) -> Finished:
+    """Runs the base interpreter with `args` in a fresh jail, at most `timeout` seconds and `max_stdout` bytes of
+    output. As root, where cgroups are usable, the jail's whole tree is capped at `memory_bytes` (processes and its
+    tmpfs together) and `max_processes` + 8 processes. `read_only` maps host folders to jail paths (read-only)."""
+    cgroups = create_cgroups(f"r1kit-{os.getpid()}-{uuid.uuid4().hex[:12]}", memory_bytes, max_processes + 8) if memory_bytes else []
+    try:
+        fd = _seccomp_fd()
+        try:
+            proc = subprocess.Popen(jail_command(tmp_bytes, fd, args, cgroups, read_only), stdin=subprocess.PIPE,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=[fd] if fd is not None else [],
+                                    cwd="/", env={"PATH": "/usr/bin:/bin"}, start_new_session=True)
+        finally:
+            if fd is not None:
+                os.close(fd)
+        lower = None
+        if cgroups and memory_after_compile:  # the compiler's allowance ends with the compile: tests get the program's
+            def lower():
+                set_memory_cap(cgroups, memory_after_compile)
+        return collect(proc, stdin, timeout, max_stdout, on_compiled=lower)
+    finally:
+        remove_cgroups(cgroups)
 
 
 @functools.lru_cache(maxsize=1)
@@ -307,8 +444,6 @@ def probe() -> str | None:
         return f"the local sandbox needs Linux (this is {sys.platform})"
     if find_bwrap() is None:
         return "bubblewrap (bwrap) is not installed"
-    from r1kit.sandbox.local import run_in_jail
-
     try:
         done = run_in_jail(["-c", "import os; print(os.getuid())"], stdin=b"", timeout=30)
     except (OSError, subprocess.SubprocessError) as e:

@@ -20,11 +20,10 @@ import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from itertools import cycle
-from pathlib import Path
 from threading import Lock
 from typing import Any
 
-from r1kit.sandbox import (
+from r1kit.sandbox.program import (
     COMPILE_ERROR,
     MEMORY_LIMIT,
     PASSED,
@@ -35,6 +34,7 @@ from r1kit.sandbox import (
     Program,
     TestResult,
     harness_request,
+    harness_source,
     judge,
     parse_reply,
     program_budget,
@@ -168,8 +168,8 @@ _GUARD = 'if __name__ == "__main__":\n    main()\n'
 
 def remote_script(program: Program) -> str:
     """A self-contained Python script that runs `program`'s tests with r1kit's harness and prints its reply lines
-    (see `_harness.py`) on stdout."""
-    source = (Path(__file__).with_name("_harness.py")).read_text()
+    (see `scripts/harness.py`) on stdout."""
+    source = harness_source()
     assert source.endswith(_GUARD), "the harness must end with its main guard"
     request = harness_request(program)
     return source[: -len(_GUARD)] + (

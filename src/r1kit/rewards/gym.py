@@ -11,7 +11,7 @@ Every completion is hostile input, and some scorers evaluate the answer as code 
 with sympy's `parse_expr`, i.e. `eval`). So answers are scored in the local sandbox's jail (`r1kit.sandbox`: no host
 files, network or privileges; the trainer's site-packages shown read-only so reasoning-gym imports), one jail per
 batch, one forked process per answer where `eval` takes only arithmetic and sympy names, with a time limit
-(`reward_timeout`) and no way to touch another answer's verdict (`_gym_server.py`). countdown and puzzle24 answers
+(`reward_timeout`) and no way to touch another answer's verdict (`r1kit/sandbox/scripts/gym_server.py`). countdown and puzzle24 answers
 must be plain arithmetic (their scorers accept any sympy expression of the right value). An answer that raises,
 hangs or crashes its scorer scores 0.0 (logged once per kind); the answer is cut to `MAX_ANSWER_CHARS` first. A row
 that cannot be judged (no or unreadable `reasoning_gym` record, an unknown generator, reasoning-gym missing) and a
@@ -31,22 +31,22 @@ import sys
 import sysconfig
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, Protocol
 
 from r1kit.errors import ConfigError
-from r1kit.reasoning_gym import is_number
-from r1kit.rewards.text import per_sample, texts
+from r1kit.gym_data import is_gym_source, is_number
+from r1kit.rewards.text import ANSWER_BLOCK, log_once, per_sample, texts
+from r1kit.rewards.verify import DEFAULT_TIMEOUT
+from r1kit.sandbox import jail
 
 logger = logging.getLogger(__name__)
 
-ANSWER_MODES = ("last_number", "reply")
+AnswerMode = Literal["last_number", "reply"]  # how an answer is read outside an <answer> block (`extract_answer`)
 MAX_ANSWER_CHARS = 1000  # an answer longer than this is cut to its last 1000 characters before scoring
-_ANSWER_BLOCK = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
-_REPORTED: set[str] = set()
 
 
-def extract_answer(completion: str, gold: str, mode: str = "last_number") -> str:
+def extract_answer(completion: str, gold: str, mode: AnswerMode = "last_number") -> str:
     """The answer a completion gives, as text (empty when it gives none).
 
     Args:
@@ -63,7 +63,7 @@ def extract_answer(completion: str, gold: str, mode: str = "last_number") -> str
         '-4'
     """
     completion = str(completion)
-    blocks = _ANSWER_BLOCK.findall(completion)
+    blocks = ANSWER_BLOCK.findall(completion)
     if blocks:
         return blocks[-1].strip()[-MAX_ANSWER_CHARS:]
     if mode == "reply":
@@ -89,19 +89,13 @@ def _parse_record(record: Any) -> dict | None:
     return record
 
 
-SERVER = Path(__file__).with_name("_gym_server.py")
+SERVER = jail.SCRIPTS / "gym_server.py"
 JAIL_SITE = "/opt/r1kit-site"
 STARTUP_SECONDS = 30.0  # jail start and `import reasoning_gym` (about 2 s here), generous for a loaded machine
 JAIL_MEMORY = 2 << 30  # the whole jail (scorer process, one child, its tmpfs) where cgroups can cap it
 RESTARTS = 3  # fresh jails for the rest of a batch after the scorer process stopped mid-batch
 ARITHMETIC_GENERATORS = {"countdown", "puzzle24"}
 _ARITHMETIC = re.compile(r"[0-9\s+\-*/().]*")
-
-
-def _report_once(kind: str, message: str, *args) -> None:
-    if kind not in _REPORTED:
-        _REPORTED.add(kind)
-        logger.warning(message, *args)
 
 
 def _site_folders() -> list[str]:
@@ -128,10 +122,8 @@ def _arithmetic_only(generator: str, answer: str) -> str:
 
 
 def _run_server(requests: list[dict], timeout: float, isolate: bool) -> tuple[list[dict] | None, str]:
-    """Runs `_gym_server.py` on the requests: in a fresh jail, or (`isolate=False`) as a plain subprocess. Returns
+    """Runs `scripts/gym_server.py` on the requests: in a fresh jail, or (`isolate=False`) as a plain subprocess. Returns
     (its reply lines after `ready`, or None when it never became ready; stderr's last line)."""
-    from r1kit.sandbox.local import collect, run_in_jail
-
     folders = _site_folders()
     budget = STARTUP_SECONDS + len(requests) * (timeout + 1.0)
     inside = {folder: f"{JAIL_SITE}/{i}" for i, folder in enumerate(folders)} if isolate else {f: f for f in folders}
@@ -141,12 +133,12 @@ def _run_server(requests: list[dict], timeout: float, isolate: bool) -> tuple[li
     max_stdout = 4096 + 512 * len(requests)  # a verdict line is under 400 bytes
     try:
         if isolate:
-            done = run_in_jail(args, stdin, budget, tmp_bytes=16 << 20, memory_bytes=JAIL_MEMORY, max_processes=4,
+            done = jail.run_in_jail(args, stdin, budget, tmp_bytes=16 << 20, memory_bytes=JAIL_MEMORY, max_processes=4,
                                max_stdout=max_stdout, read_only=inside)
         else:
             proc = subprocess.Popen([sys.executable, "-I", "-S", *args], stdin=subprocess.PIPE,
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
-            done = collect(proc, stdin, budget, max_stdout)
+            done = jail.collect(proc, stdin, budget, max_stdout)
     except (OSError, subprocess.SubprocessError) as e:  # could not start (no memory, no processes): infrastructure
         return None, f"{type(e).__name__}: {e}"
     lines = done.stdout.decode("utf-8", "replace").splitlines()
@@ -167,17 +159,17 @@ def _verdict(reply: dict | None) -> float | None:
     """A reply line as a score: the scorer's score clamped to [0, 1]; 0.0 for what the answer caused; None when the
     row could not be judged."""
     if reply is None:  # the scorer process stopped answering after `ready`: the answer in flight caused it
-        _report_once("stopped", "The reasoning-gym scorer stopped mid-batch; the answer it was scoring scores 0 and "
-                     "the rest go to a fresh jail (logged once).")
+        log_once(logger, "stopped", "The reasoning-gym scorer stopped mid-batch; the answer it was scoring scores 0 "
+                 "and the rest go to a fresh jail (logged once).")
         return 0.0
     if "unjudgeable" in reply:
-        _report_once(f"unjudgeable:{reply['unjudgeable']}", "Cannot build the reasoning-gym scorer (%s): rows skipped.",
-                     reply["unjudgeable"])
+        log_once(logger, f"unjudgeable:{reply['unjudgeable']}",
+                 "Cannot build the reasoning-gym scorer (%s): rows skipped.", reply["unjudgeable"])
         return None
     if "error" in reply:
         kind = str(reply["error"])[:60]
-        _report_once(f"error:{kind}", "A reasoning-gym answer made its scorer fail (%s); it scores 0 (logged once).",
-                     "time limit" if kind == "time" else kind)
+        log_once(logger, f"error:{kind}", "A reasoning-gym answer made its scorer fail (%s); it scores 0 "
+                 "(logged once).", "time limit" if kind == "time" else kind)
         return 0.0
     score = reply.get("score")
     if not isinstance(score, (int, float)) or score != score:
@@ -189,33 +181,43 @@ def _jail_problem(allow_unsandboxed: bool) -> str | None:
     """None when answers can be scored (a jail runs here, or the opt-in), else why not and what to do."""
     if allow_unsandboxed:
         return None
-    from r1kit.sandbox.jail import JAIL_INSTALL_HINT, probe
-
-    reason = probe()
+    reason = jail.probe()
     if reason is None:
         return None
     return (f"reasoning-gym answers cannot be scored in a jail ({reason}); some scorers evaluate answers as code. "
-            f"Fix: {JAIL_INSTALL_HINT}; or set allow_unsandboxed_code_execution: true to "
+            f"Fix: {jail.JAIL_INSTALL_HINT}; or set allow_unsandboxed_code_execution: true to "
             "score them without isolation.")
 
 
-def check_gym_scoring(script_args: Any, training_args: Any) -> None:
+class GymScoringFields(Protocol):
+    """The recipe fields `check_gym_scoring` reads (GRPO's script arguments)."""
+
+    reward_funcs: list[str]
+    dataset_name: str | None
+    allow_unsandboxed_code_execution: bool
+
+
+class CallbackFields(Protocol):
+    """The training field `check_gym_scoring` reads (r1kit's GRPOConfig)."""
+
+    callbacks: list[str]
+
+
+def check_gym_scoring(script_args: GymScoringFields, training_args: CallbackFields) -> None:
     """Before anything loads: a run that scores reasoning-gym answers (the `reasoning_gym` reward, or held-out
     accuracy on a reasoning-gym source) needs a jail here, or the explicit `allow_unsandboxed_code_execution`.
     Raises ConfigError saying what to do."""
-    from r1kit.reasoning_gym import is_gym_source
-
     scores_answers = "reasoning_gym" in script_args.reward_funcs or (
-        is_gym_source(script_args.dataset_name) and "heldout_accuracy" in getattr(training_args, "callbacks", []))
+        is_gym_source(script_args.dataset_name) and "heldout_accuracy" in training_args.callbacks)
     if not scores_answers or importlib.util.find_spec("reasoning_gym") is None:
         return  # nothing to score, or the missing extra, which the data check names
-    problem = _jail_problem(bool(getattr(script_args, "allow_unsandboxed_code_execution", False)))
+    problem = _jail_problem(script_args.allow_unsandboxed_code_execution)
     if problem:
         raise ConfigError(problem)
 
 
 def score_completions(
-    completions: list[str], records: list[Any], timeout: float = 5.0, mode: str = "last_number",
+    completions: list[str], records: list[Any], timeout: float = DEFAULT_TIMEOUT, mode: AnswerMode = "last_number",
     allow_unsandboxed: bool = False,
 ) -> list[float | None]:
     """Each completion's score (0.0 to 1.0) by its row's reasoning-gym generator, or None when it cannot be judged.
@@ -223,7 +225,8 @@ def score_completions(
     Args:
         completions (`list[str]`): the model's outputs.
         records (`list`): the rows' `reasoning_gym` columns (JSON text or dicts: generator, options, entry).
-        timeout (`float`, defaults to 5.0): seconds one answer's scorer may take before the answer scores 0.
+        timeout (`float`, defaults to `DEFAULT_TIMEOUT`, 5 s): seconds one answer's scorer may take before the answer
+            scores 0.
         mode (`str`, defaults to `"last_number"`): how the answer is read without an `<answer>` block (`extract_answer`).
         allow_unsandboxed (`bool`, defaults to `False`): score without the jail where none can run.
 
@@ -248,28 +251,27 @@ def score_completions(
     if not requests:
         return scores
     if importlib.util.find_spec("reasoning_gym") is None:
-        _report_once("import", "reasoning-gym is not installed: reasoning_gym rewards are None (skipped).")
+        log_once(logger, "import", "reasoning-gym is not installed: reasoning_gym rewards are None (skipped).")
         return scores
     problem = _jail_problem(allow_unsandboxed)
     if problem:
-        _report_once("jail", "%s Rows skipped.", problem)
+        log_once(logger, "jail", "%s Rows skipped.", problem)
         return scores
-    from r1kit.sandbox.jail import probe
-
-    isolate = not allow_unsandboxed or probe() is None  # with the opt-in, still the jail wherever one runs
+    isolate = not allow_unsandboxed or jail.probe() is None  # with the opt-in, still the jail wherever one runs
     if not isolate:
-        _report_once("unjailed", "No jail here: reasoning-gym answers are scored WITHOUT isolation "
-                     "(allow_unsandboxed_code_execution: true).")
+        log_once(logger, "unjailed", "No jail here: reasoning-gym answers are scored WITHOUT isolation "
+                 "(allow_unsandboxed_code_execution: true).")
     done, starts = 0, 0  # answers with a verdict; scorer processes started for this batch
     while done < len(requests):
         if starts > RESTARTS:
-            _report_once("restarts", "The reasoning-gym scorer stopped %d times in one batch; its last %d answers are "
-                         "skipped (logged once).", starts, len(requests) - done)
+            log_once(logger, "restarts", "The reasoning-gym scorer stopped %d times in one batch; its last %d answers "
+                     "are skipped (logged once).", starts, len(requests) - done)
             break
         starts += 1
         replies, why = _run_server(requests[done:], timeout, isolate)
         if replies is None:  # never ready: infrastructure, not the answers
-            _report_once("start", "The reasoning-gym scorer could not start (%s); rows skipped (logged once).", why)
+            log_once(logger, "start", "The reasoning-gym scorer could not start (%s); rows skipped (logged once).",
+                     why)
             break
         for reply in replies[: len(requests) - done]:
             scores[places[done]] = _verdict(reply)
@@ -280,10 +282,21 @@ def score_completions(
     return scores
 
 
-def make_reasoning_gym_reward(script_args: Any, training_args: Any = None) -> Callable:
-    timeout = getattr(script_args, "reward_timeout", 5.0)
-    mode = getattr(script_args, "reasoning_gym_answer", "last_number")
-    allow_unsandboxed = bool(getattr(script_args, "allow_unsandboxed_code_execution", False))
+def make_reasoning_gym_reward(timeout: float = DEFAULT_TIMEOUT, answer_mode: AnswerMode = "last_number",
+                              allow_unsandboxed: bool = False) -> Callable:
+    """Builds the `reasoning_gym` reward.
+
+    Args:
+        timeout (`float`, defaults to `DEFAULT_TIMEOUT`, 5 s): seconds one answer's scorer may take before the answer
+            scores 0 (recipe: `reward_timeout`).
+        answer_mode (`str`, defaults to `"last_number"`): how an answer is read without an `<answer>` block:
+            `last_number` or `reply` (`extract_answer`; recipe: `reasoning_gym_answer`).
+        allow_unsandboxed (`bool`, defaults to `False`): where no jail can run, score without one (recipe:
+            `allow_unsandboxed_code_execution`).
+
+    Returns:
+        `Callable`: `reasoning_gym_reward(completions, reasoning_gym, log_metric=None, **kwargs)`.
+    """
 
     def reasoning_gym_reward(completions, reasoning_gym=None, log_metric=None, **kwargs) -> list[float | None]:
         """Each completion's score by its reasoning-gym generator's `score_answer` (see `extract_answer`).
@@ -302,7 +315,7 @@ def make_reasoning_gym_reward(script_args: Any, training_args: Any = None) -> Ca
             [1.0, 0.0]
         """
         records = per_sample(reasoning_gym, len(completions))
-        scores = score_completions(texts(completions), records, timeout, mode, allow_unsandboxed)
+        scores = score_completions(texts(completions), records, timeout, answer_mode, allow_unsandboxed)
         if log_metric is not None:
             log_metric("rewards/reasoning_gym/unjudgeable", float(sum(s is None for s in scores)))
         return scores
