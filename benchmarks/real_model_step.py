@@ -99,7 +99,7 @@ def install_timers(timers: Timers):
 
 
 def run_variant(recipe: Path, overrides: list[str], steps: int, out: Path, timers: Timers, step_timer) -> list[dict]:
-    from r1kit.configs import parse_args
+    from r1kit.config.recipe import parse_args
     from r1kit.grpo import setup
 
     args = ["--config", str(recipe), "--max_steps", str(steps), "--output_dir", str(out), "--resume", "never",

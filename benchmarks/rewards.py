@@ -96,7 +96,7 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=5.0)
     opts = parser.parse_args()
 
-    from r1kit.configs import GRPOScriptArguments
+    from r1kit.config.schema import GRPOScriptArguments
     from r1kit.rewards import get_reward_funcs
     from r1kit.rewards.verify import get_pool
 

@@ -60,7 +60,7 @@ def settings(shape: dict, steps: int, out: Path) -> dict:
 def run_r1kit(model: str, fields: dict) -> list[dict]:
     import yaml
 
-    from r1kit.configs import parse_args
+    from r1kit.config.recipe import parse_args
     from r1kit.grpo import main
 
     recipe = {"model_name_or_path": model, "dtype": "bfloat16" if fields["bf16"] else "float32",

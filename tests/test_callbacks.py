@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from r1kit.callbacks import PushToHubRevisionCallback, check_hub_revision
-from r1kit.configs import parse_args
+from r1kit.config.recipe import parse_args
 from r1kit.errors import ConfigError
 from r1kit.grpo import pipeline as main
 from r1kit.hub import HfHub, LocalHub

@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 
 from r1kit.cli import main as cli_main
-from r1kit.configs import GRPOScriptArguments, parse_args
+from r1kit.config.recipe import parse_args, parse_recipe, split_command_line
+from r1kit.config.schema import GRPOScriptArguments
 from r1kit.errors import ConfigError, ConfigWarning
-from r1kit.preflight import validate_args
+from r1kit.preflight import check_rules
 from tests.helpers import write_recipe
 
 HERE = Path(__file__).parent
@@ -31,7 +32,7 @@ def parse(tmp_path, *cli, **keys):
 
 def check(tmp_path, *cli, **keys):
     args = parse(tmp_path, *cli, **keys)
-    validate_args(*args)
+    check_rules(*args)
     return args
 
 
@@ -47,10 +48,12 @@ def test_cli_overrides_yaml(tmp_path):
     assert model.lora_r == 6 and training.num_generations == 2
 
 
-def test_env_block_is_exported(tmp_path, monkeypatch):
+def test_env_block_comes_back_from_the_parse_unapplied(tmp_path, monkeypatch):
     monkeypatch.delenv("R1KIT_TEST_VAR", raising=False)
-    parse(tmp_path, env={"R1KIT_TEST_VAR": 12})
-    assert os.environ.pop("R1KIT_TEST_VAR") == "12"
+    path = write_recipe(tmp_path, **BASE, env={"R1KIT_TEST_VAR": 12})
+    parsed = parse_recipe(split_command_line(["--config", str(path)]))
+    assert parsed.env == {"R1KIT_TEST_VAR": "12"}
+    assert "R1KIT_TEST_VAR" not in os.environ  # the command applies it (test_cli), parsing writes nothing
 
 
 @pytest.mark.parametrize(
@@ -182,7 +185,7 @@ def test_resume_path_must_exist(tmp_path):
 
 
 def test_wandb_settings_are_exported_only_when_reporting_to_wandb(tmp_path, monkeypatch):
-    from r1kit.outputs import export_wandb_env
+    from r1kit.run import export_wandb_env
 
     for name in ("WANDB_ENTITY", "WANDB_PROJECT", "WANDB_RUN_GROUP"):
         monkeypatch.setenv(name, "")  # restored (removed) after the test

@@ -7,7 +7,7 @@ import json
 import pytest
 from datasets import Dataset, DatasetDict
 
-from r1kit.configs import GRPOScriptArguments
+from r1kit.config.schema import GRPOScriptArguments
 from r1kit.data import check_reward_columns, get_dataset, load_source, make_conversation, to_conversations
 from r1kit.errors import ConfigError
 from r1kit.tasks import addition_problems

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from r1kit.checkpoints import find_resume_checkpoint
-from r1kit.configs import parse_args
+from r1kit.config.recipe import parse_args
 from r1kit.errors import ConfigError
 from r1kit.grpo import pipeline as main
 from tests.helpers import tiny_recipe, write_recipe

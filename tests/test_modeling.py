@@ -11,13 +11,13 @@ needs_cpu_only = pytest.mark.skipif(torch.cuda.is_available(), reason="checks th
 
 
 def model_args(**kw):
-    from r1kit.configs import ModelConfig
+    from r1kit.config.schema import ModelConfig
 
     return ModelConfig(**{"model_name_or_path": "r1kit:tiny-random", "dtype": "float32", **kw})
 
 
 def training_args(**kw):
-    from r1kit.configs import GRPOConfig
+    from r1kit.config.schema import GRPOConfig
 
     return GRPOConfig(**{"output_dir": "unused", "bf16": False, "report_to": "none", "gradient_checkpointing": False,
                          "num_generations": 2, "per_device_train_batch_size": 2, **kw})

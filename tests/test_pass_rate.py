@@ -58,13 +58,14 @@ def test_scores_filters_and_continues_after_a_crash(tmp_path, tiny_model_dir, ma
 
 
 def test_open_r1_filtering_configs_parse_unchanged(tmp_path, tiny_model_dir, math_jsonl, capsys, recwarn):
-    from r1kit.pass_rate import parse
+    from r1kit.config.recipe import parse_args
+    from r1kit.pass_rate import PASS_RATE_TYPES
 
     early = write_recipe(tmp_path, **{  # Open-R1's first filtering config named the window differently
         "model_name_or_path": str(tiny_model_dir), "dataset_name": str(math_jsonl), "dataset_prompt_column": "problem",
         "num_generations": 4, "reward_funcs": ["accuracy"], "reward_weights": [1.0], "system_prompt": "Think first.",
         "low_reward_threshold": 0.2, "high_reward_threshold": 0.8, "output_dir": str(tmp_path / "e")})
-    *_, filter_args = parse(["--config", str(early)])
+    *_, filter_args = parse_args(["--config", str(early)], dataclass_types=PASS_RATE_TYPES)
     assert (filter_args.pass_rate_min, filter_args.pass_rate_max) == (0.2, 0.8)
     assert any("'low_reward_threshold'" in str(w.message) for w in recwarn)
     recipe = write_recipe(tmp_path, **{

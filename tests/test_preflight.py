@@ -31,27 +31,27 @@ def gpu_and_vllm(monkeypatch):
 
 
 def test_nothing_to_check_by_default():
-    preflight.preflight(training(), model())
+    preflight.check_machine(training(), model())
 
 
 def test_use_vllm_without_vllm(monkeypatch):
     monkeypatch.setattr(preflight, "installed", lambda m: m != "vllm")
     with pytest.raises(ConfigError, match=r"needs vLLM: pip install 'r1kit\[vllm\]'.*use_vllm: false"):
-        preflight.preflight(training(use_vllm=True), model())
+        preflight.check_machine(training(use_vllm=True), model())
 
 
 def test_use_vllm_without_gpu(monkeypatch):
     monkeypatch.setattr(preflight, "installed", lambda m: True)
     monkeypatch.setattr(preflight, "has_cuda", lambda: False)
     with pytest.raises(ConfigError, match="needs a CUDA GPU.*use_vllm: false"):
-        preflight.preflight(training(use_vllm=True), model())
+        preflight.check_machine(training(use_vllm=True), model())
 
 
 @pytest.mark.parametrize("utilisation", [0.0, 1.0, 1.5, -0.2])
 def test_colocate_memory_utilisation_out_of_range(gpu_and_vllm, utilisation):
     with pytest.raises(ConfigError, match="vllm_gpu_memory_utilization must be in"):
-        preflight.preflight(training(use_vllm=True, vllm_gpu_memory_utilization=utilisation), model())
-    preflight.preflight(training(use_vllm=True, vllm_gpu_memory_utilization=0.4), model())
+        preflight.check_machine(training(use_vllm=True, vllm_gpu_memory_utilization=utilisation), model())
+    preflight.check_machine(training(use_vllm=True, vllm_gpu_memory_utilization=0.4), model())
 
 
 def test_unreachable_vllm_server_fails_after_a_bounded_wait(gpu_and_vllm):
@@ -61,7 +61,7 @@ def test_unreachable_vllm_server_fails_after_a_bounded_wait(gpu_and_vllm):
     probe.close()  # nothing listens there now
     start = time.monotonic()
     with pytest.raises(ConfigError, match=f"no vLLM server answered at 127.0.0.1:{port} within 1 s.*trl vllm-serve"):
-        preflight.preflight(training(use_vllm=True, vllm_mode="server", vllm_server_port=port), model(), server_wait=1.0)
+        preflight.check_machine(training(use_vllm=True, vllm_mode="server", vllm_server_port=port), model(), server_wait=1.0)
     assert time.monotonic() - start < 5
 
 
@@ -70,7 +70,7 @@ def test_vllm_server_that_comes_up_late_is_waited_for(gpu_and_vllm):
     server.bind(("127.0.0.1", 0))
     port = server.getsockname()[1]
     threading.Timer(0.5, lambda: server.listen(1)).start()  # "starts" half a second later
-    preflight.preflight(training(use_vllm=True, vllm_mode="server", vllm_server_base_url=f"http://127.0.0.1:{port}"),
+    preflight.check_machine(training(use_vllm=True, vllm_mode="server", vllm_server_base_url=f"http://127.0.0.1:{port}"),
                         model(), server_wait=10.0)
     server.close()
 
@@ -78,21 +78,23 @@ def test_vllm_server_that_comes_up_late_is_waited_for(gpu_and_vllm):
 def test_deepspeed_requested_but_not_installed(monkeypatch):
     monkeypatch.setattr(preflight, "installed", lambda m: m != "deepspeed")
     with pytest.raises(ConfigError, match=r"pip install 'r1kit\[deepspeed\]'"):
-        preflight.preflight(training(deepspeed="ds_config.json"), model())
+        preflight.check_machine(training(deepspeed="ds_config.json"), model())
     monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")
     with pytest.raises(ConfigError, match="DeepSpeed was requested"):
-        preflight.preflight(training(), model())
+        preflight.check_machine(training(), model())
 
 
 def test_quantisation_without_gpu(monkeypatch):
-    monkeypatch.setattr(preflight, "has_cuda", lambda: False)
+    from r1kit import modeling
+
+    monkeypatch.setattr(modeling, "has_cuda", lambda: False)
     for flag in ("load_in_4bit", "load_in_8bit"):
         with pytest.raises(ConfigError, match="need a CUDA GPU"):
-            preflight.preflight(training(), model(**{flag: True}))
+            preflight.check_machine(training(), model(**{flag: True}))
 
 
 def test_pipeline_runs_the_checks_before_loading_anything(tmp_path, math_jsonl, monkeypatch):
-    from r1kit.configs import parse_args
+    from r1kit.config.recipe import parse_args
     from r1kit.grpo import pipeline as main
     from tests.helpers import tiny_recipe, write_recipe
 

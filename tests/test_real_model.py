@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from r1kit.configs import parse_args
+from r1kit.config.recipe import parse_args
 from r1kit.grpo import pipeline as main
 
 ROOT = Path(__file__).resolve().parents[1]

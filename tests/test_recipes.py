@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from r1kit.configs import parse_args
-from r1kit.preflight import validate_args
+from r1kit.config.recipe import parse_args
+from r1kit.preflight import check_rules
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPES = sorted(p for p in (ROOT / "recipes").rglob("*.yaml") if "accelerate_configs" not in p.parts)
@@ -31,12 +31,13 @@ def test_recipe_parses_and_passes_the_cross_field_checks(recipe, monkeypatch):
     assert header.startswith("#"), "a recipe starts with a comment giving its launch command"
     assert "r1kit" in recipe.read_text().split("\n\n")[0], "the header names the launch command"
     if recipe.name.startswith("sft"):  # an SFT recipe: the same strict parser, the SFT dataclasses
-        from r1kit.sft import parse
+        from r1kit.sft import SFT_TYPES
 
-        script_args, training_args, model_args = parse(["--config", str(recipe)], launch_world_size(recipe))
+        script_args, training_args, model_args = parse_args(["--config", str(recipe)], dataclass_types=SFT_TYPES,
+                                                            world_size=launch_world_size(recipe))
         assert training_args.resume in ("auto", "never")
         return
-    validate_args(*parse_args(["--config", str(recipe)], world_size=launch_world_size(recipe)))
+    check_rules(*parse_args(["--config", str(recipe)], world_size=launch_world_size(recipe)))
 
 
 @pytest.mark.parametrize("config", ACCELERATE_CONFIGS, ids=lambda p: p.name)

@@ -1,4 +1,4 @@
-"""Dynamic sampling and the pass-rate curriculum (`r1kit.sampling`): what is dropped never reaches the loss, the
+"""Dynamic sampling and the pass-rate curriculum (`r1kit.trainer`, `r1kit.curriculum`): what is dropped never reaches the loss, the
 curriculum skips what it should, a resumed run repeats the uninterrupted one, and two ranks stay in step."""
 
 from __future__ import annotations
@@ -14,10 +14,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from r1kit.configs import parse_args
+from r1kit.config.recipe import parse_args
+from r1kit.curriculum import CurriculumRules, PromptPicker, join_pieces, prompt_key
 from r1kit.errors import ConfigError
-from r1kit.grpo import setup, train
-from r1kit.sampling import CurriculumRules, PromptPicker, join_pieces, prompt_key
+from r1kit.grpo import setup
+from r1kit.run import train
 from tests.helpers import tiny_recipe, write_recipe
 
 REPO = Path(__file__).resolve().parents[1]
@@ -66,7 +67,8 @@ def train_with_loss_spy(tmp_path: Path, recipe: dict) -> tuple[list[tuple[str, i
     """Trains `recipe`; returns, for every row that reached the loss, its prompt text and unmasked completion
     tokens, and the trainer."""
     script_args, training_args, model_args = parse_args(["--config", str(write_recipe(tmp_path, **recipe))])
-    trainer, dataset, checkpoint = setup(script_args, training_args, model_args)
+    run = setup(script_args, training_args, model_args)
+    trainer = run.trainer
     seen = []
     compute = trainer._compute_loss
 
@@ -77,7 +79,7 @@ def train_with_loss_spy(tmp_path: Path, recipe: dict) -> tuple[list[tuple[str, i
         return compute(model, inputs)
 
     trainer._compute_loss = spy
-    train(trainer, dataset[script_args.dataset_train_split], checkpoint)
+    train(run)
     return seen, trainer
 
 
@@ -146,7 +148,7 @@ def test_joined_rounds_pad_prompts_left_and_completions_right():
     assert joined["prompt_ids"].tolist() == [[5, 6], [0, 4]] and joined["prompt_mask"].tolist() == [[1, 1], [0, 1]]
     assert joined["completion_ids"].tolist() == [[7, 0, 0], [8, 9, 3]]
     assert joined["completion_mask"].tolist() == [[1, 0, 0], [1, 1, 1]]
-    with pytest.raises(ConfigError, match="text prompts only"):
+    with pytest.raises(ValueError, match="text prompts only"):
         join_pieces([{**a, "pixel_values": torch.zeros(1, 2)}, {**b, "pixel_values": torch.zeros(1, 2)}], 0)
 
 
@@ -195,7 +197,8 @@ def test_joined_batch_log_probabilities_match_the_policy_with_the_new_padding(tm
     script_args, training_args, model_args = parse_args(
         ["--config", str(write_recipe(tmp_path, **flat_recipe(tiny_gpt2_dir, flat_jsonl, out, num_iterations=2,
                                                                   max_steps=3)))])
-    trainer, dataset, checkpoint = setup(script_args, training_args, model_args)
+    run = setup(script_args, training_args, model_args)
+    trainer = run.trainer
     gaps = []
     compute = trainer._compute_loss
 
@@ -210,7 +213,7 @@ def test_joined_batch_log_probabilities_match_the_policy_with_the_new_padding(tm
         return compute(model, inputs)
 
     trainer._compute_loss = spy
-    train(trainer, dataset["train"], checkpoint)
+    train(run)
     assert gaps and max(gaps) < 1e-4
 
 

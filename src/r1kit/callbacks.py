@@ -186,7 +186,7 @@ class PushToHubRevisionCallback(TrainerCallback):
 
 
 def _push_to_hub_revision(script_args, training_args, dataset, tokenizer, is_main_process) -> TrainerCallback:
-    return PushToHubRevisionCallback(  # its fields are checked before anything loads (preflight.check_callback_fields)
+    return PushToHubRevisionCallback(  # its fields: RunFields.check_run_fields
         training_args.hub_model_id, training_args.hub_model_revision or "main", training_args.output_dir,
         is_main_process=is_main_process,
     )
@@ -280,9 +280,9 @@ class EvaluateBenchmarksCallback(TrainerCallback):
 
 
 def _evaluate_benchmarks(script_args, training_args, dataset, tokenizer, is_main_process) -> TrainerCallback:
-    return EvaluateBenchmarksCallback(  # its fields are checked before anything loads (preflight, configs)
+    return EvaluateBenchmarksCallback(  # its fields: RunFields.check_run_fields
         training_args.benchmarks, training_args.output_dir, training_args.benchmark_num_samples,
-        training_args.benchmark_max_new_tokens or training_args.max_completion_length, training_args.system_prompt,
+        training_args.benchmark_generation_length(), training_args.system_prompt,
         training_args.benchmark_launcher, is_main_process,
     )
 
@@ -311,6 +311,14 @@ CALLBACKS: dict[str, Callable[..., TrainerCallback]] = {
     "push_to_hub_revision": _push_to_hub_revision,
     "evaluate_benchmarks": _evaluate_benchmarks,
 }
+
+
+def check_names(names: list[str], allowed: tuple[str, ...] | None = None) -> None:
+    """Every name in a recipe's `callbacks` is a callback of `allowed` (default: every callback r1kit has)."""
+    allowed = tuple(CALLBACKS) if allowed is None else allowed
+    unknown = [name for name in names if name not in allowed]
+    if unknown:
+        raise ConfigError(f"callbacks: unknown callback(s) {unknown}; valid names: {', '.join(allowed)}")
 
 
 def callback_names(training_args) -> list[str]:

@@ -7,6 +7,7 @@ that checkpoint. Shared by `r1kit grpo` and `r1kit sft`.
 
 from __future__ import annotations
 
+import difflib
 import json
 import logging
 import re
@@ -14,7 +15,7 @@ from pathlib import Path
 
 from r1kit.errors import ConfigError
 
-logger = logging.getLogger("r1kit")
+logger = logging.getLogger(__name__)
 
 WEIGHT_FILES = (
     "model.safetensors",
@@ -44,17 +45,25 @@ def checkpoint_problem(path: Path) -> str | None:
     return None
 
 
+def check_resume(resume: str) -> None:
+    """`resume` is `auto`, `never` or an existing checkpoint folder (with a did-you-mean for a near miss)."""
+    if resume in ("auto", "never") or Path(resume).is_dir():
+        return
+    near = difflib.get_close_matches(str(resume), ["auto", "never"], n=1, cutoff=0.6)
+    hint = f" (did you mean '{near[0]}'?)" if near else ""
+    raise ConfigError(f"resume: {resume} is neither 'auto', 'never' nor an existing checkpoint folder{hint}")
+
+
 def find_resume_checkpoint(output_dir: str, resume: str) -> str | None:
     """The checkpoint to resume from under the `resume` policy: `auto` (newest complete checkpoint in `output_dir`),
     `never`, or a path."""
+    check_resume(resume)
     if resume == "never":
         if list(Path(output_dir).glob("checkpoint-*")):
             logger.warning("resume: never, but %s holds checkpoints; starting fresh (they may be overwritten).", output_dir)
         return None
     if resume != "auto":
         path = Path(resume)
-        if not path.is_dir():
-            raise ConfigError(f"resume: {resume} is neither 'auto', 'never' nor an existing checkpoint folder")
         problem = checkpoint_problem(path)
         if problem:
             raise ConfigError(f"cannot resume from {resume}: {problem}")

@@ -46,7 +46,7 @@ def shape_warnings() -> None:
     GPU) print as one `r1kit: warning: ...` line. The deprecation notices a run cannot act on are hidden: TRL 1.16
     calls transformers' deprecated `is_gradient_checkpointing`, `gradient_checkpointing_disable` and
     `gradient_checkpointing_enable` around every generation. (The one r1kit caused, the `gradient_checkpointing`
-    field, is fixed at the source: see `configs.apply_machine_defaults`.) Every other warning shows as usual."""
+    field, is fixed at the source: see `config.schema.apply_machine_defaults`.) Every other warning shows as usual."""
 
     warnings.filterwarnings(
         "ignore",
@@ -65,14 +65,6 @@ def shape_warnings() -> None:
         warnings.formatwarning = format_warning
 
 
-def parse_world_size(argv: list[str], dry: bool) -> tuple[list[str], int | None]:
-    """Takes `--world-size N` out of `argv` (it goes with --dry-run: check a recipe as launched on N processes)."""
-    if "--world-size" not in argv:
-        return argv, None
-    i = argv.index("--world-size")
-    if not dry or i + 1 >= len(argv) or not argv[i + 1].isdigit() or int(argv[i + 1]) < 1:
-        raise ConfigError("--world-size N (a positive number) goes with --dry-run")
-    return argv[:i] + argv[i + 2 :], int(argv[i + 1])
 
 
 def add_pass_through_command(subparsers, name: str, help: str, run: Callable) -> argparse.ArgumentParser:

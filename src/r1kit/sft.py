@@ -22,70 +22,37 @@ import json
 import logging
 import shutil
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trl import ScriptArguments
+from datasets import Dataset
+from trl import SFTTrainer
 
-from r1kit.configs import check_data_fields
+from r1kit import data, preflight
+from r1kit import run as runs
+from r1kit.callbacks import EvaluateBenchmarksCallback, HeldOutAccuracyCallback, get_callbacks
+from r1kit.config.recipe import run_recipe_command
+from r1kit.config.schema import ModelConfig, SFTConfig, SFTScriptArguments
+from r1kit.console import add_pass_through_command
 from r1kit.errors import ConfigError
+from r1kit.modeling import build_char_tokenizer, build_tiny_llama, get_model, get_tokenizer
+from r1kit.tasks import addition_problems, sft_rows
 
-logger = logging.getLogger("r1kit")
-BUILTIN_TASK = "r1kit:addition"
+logger = logging.getLogger(__name__)
+SFT_TYPES = (SFTScriptArguments, SFTConfig, ModelConfig)
 CHATML = ("{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>'"
           " + '\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
-
-
-@dataclass
-class SFTScriptArguments(ScriptArguments):
-    """Data and model-construction arguments of an SFT run.
-
-    Args:
-        dataset_name (`str` or `None`, defaults to `"r1kit:addition"`): Hub id, local file or folder, or the built-in
-            task `r1kit:addition` (worked solutions of multi-digit additions). Either this or `dataset_mixture`.
-        dataset_mixture (`dict` or `None`, defaults to `None`): Open-R1's `{datasets: [{id, config, split, columns,
-            weight}], seed, test_split_size}`.
-        train_size (`int`, defaults to `20000`): training problems generated for `r1kit:addition`.
-        heldout_size (`int`, defaults to `200`): test problems for the accuracy checks (`r1kit:addition`).
-        eval_every_steps (`int`, defaults to `25`): steps between accuracy checks (`r1kit:addition`).
-        stop_at_accuracy (`float` or `None`, defaults to `None`): stop once held-out accuracy reaches this.
-        hidden_size / num_layers / num_heads (`int`): model size when building from scratch (`r1kit:scratch`).
-        characters (`str` or `None`, defaults to `None`): vocabulary of a tokenizer built from scratch.
-        publish_to (`str` or `None`, defaults to `None`): copy the final model and tokenizer here.
-    """
-
-    dataset_name: str | None = field(default=BUILTIN_TASK, metadata={"help": "Dataset: Hub id, local path or built-in."})
-    dataset_mixture: dict[str, Any] | None = field(default=None, metadata={"help": "Open-R1's dataset mixture."})
-    train_size: int = field(default=20000, metadata={"help": "Training problems generated (r1kit:addition)."})
-    heldout_size: int = field(default=200, metadata={"help": "Held-out problems for accuracy checks (r1kit:addition)."})
-    eval_every_steps: int = field(default=25, metadata={"help": "Steps between accuracy checks (r1kit:addition)."})
-    stop_at_accuracy: float | None = field(default=None, metadata={"help": "Stop once held-out accuracy reaches this."})
-    hidden_size: int = field(default=128, metadata={"help": "Hidden size of a model built from scratch."})
-    num_layers: int = field(default=4, metadata={"help": "Layers of a model built from scratch."})
-    num_heads: int = field(default=4, metadata={"help": "Attention heads of a model built from scratch."})
-    characters: str | None = field(default=None, metadata={"help": "Characters of a tokenizer built from scratch."})
-    publish_to: str | None = field(default=None, metadata={"help": "Copy the final model and tokenizer here."})
-
-    def __post_init__(self):
-        check_data_fields(self)
 
 
 # --------------------------------------------------------------------------------------------------------------------
 # Data, tokenizer, model
 # --------------------------------------------------------------------------------------------------------------------
-def load_sft_data(script_args: SFTScriptArguments, training_args) -> Any:
+def load_sft_data(script_args: SFTScriptArguments, training_args: SFTConfig) -> Any:
     """The training split: the built-in task's worked solutions, or the recipe's dataset (Open-R1's `messages`
     column, or prompt/completion). Raises ConfigError for data SFT cannot train on."""
-    from datasets import Dataset
-
-    from r1kit.data import get_dataset
-
-    if script_args.dataset_mixture is None and script_args.dataset_name == BUILTIN_TASK:
-        from r1kit.tasks import sft_rows
-
+    if script_args.uses_builtin_task:
         return Dataset.from_list(sft_rows("train", script_args.train_size, training_args.seed))
-    dataset = get_dataset(script_args)
+    dataset = data.get_dataset(script_args)
     split = script_args.dataset_train_split
     if split not in dataset:
         raise ConfigError(f"dataset_train_split '{split}' not found; splits: {', '.join(dataset)}")
@@ -103,8 +70,6 @@ def load_sft_data(script_args: SFTScriptArguments, training_args) -> Any:
 def build_or_load(script_args: SFTScriptArguments, model_args, training_args):
     """(model, tokenizer): built from scratch for `r1kit:scratch`, else loaded, with ChatML when the tokenizer has
     no chat template."""
-    from r1kit.modeling import build_char_tokenizer, build_tiny_llama, get_model, get_tokenizer
-
     if model_args.model_name_or_path == "r1kit:scratch":
         tokenizer = build_char_tokenizer(script_args.characters) if script_args.characters else build_char_tokenizer()
         model = build_tiny_llama(tokenizer, script_args.hidden_size, script_args.num_layers, script_args.num_heads,
@@ -118,86 +83,61 @@ def build_or_load(script_args: SFTScriptArguments, model_args, training_args):
 
 
 # --------------------------------------------------------------------------------------------------------------------
-# The run
+# The run: the shared skeleton (r1kit.run) around TRL's SFTTrainer
 # --------------------------------------------------------------------------------------------------------------------
-def pipeline(script_args: SFTScriptArguments, training_args, model_args) -> dict:
+def pipeline(script_args: SFTScriptArguments, training_args: SFTConfig, model_args: ModelConfig) -> dict:
     """Runs an SFT recipe end to end; returns the summary (steps, seconds, metrics, held-out accuracy)."""
-    from transformers import set_seed
-    from trl import SFTTrainer
-
-    from r1kit.callbacks import HeldOutAccuracyCallback, get_callbacks
-    from r1kit.checkpoints import find_resume_checkpoint
-    from r1kit.data import SMALL_ROWS, progress_bars
-    from r1kit.grpo import attach_callbacks
-    from r1kit.outputs import export_wandb_env, save_final_model, setup_logging, write_run_metadata
-    from r1kit.preflight import check_sft_before_loading
-
-    set_seed(training_args.seed)
-    if training_args.torch_num_threads:
-        import torch
-
-        torch.set_num_threads(training_args.torch_num_threads)
-    setup_logging(training_args)
-    check_sft_before_loading(script_args, training_args, model_args)
-    checkpoint = find_resume_checkpoint(training_args.output_dir, training_args.resume)
-    export_wandb_env(training_args)
-    train = load_sft_data(script_args, training_args)
+    checkpoint = runs.prepare(training_args)
+    preflight.check_sft_recipe(script_args, training_args, model_args)
+    train_rows = load_sft_data(script_args, training_args)
     model, tokenizer = build_or_load(script_args, model_args, training_args)
-    logger.info("Model: %s parameters; %s training rows", f"{sum(p.numel() for p in model.parameters()):,}", f"{len(train):,}")
+    logger.info("Model: %s parameters; %s training rows", f"{sum(p.numel() for p in model.parameters()):,}",
+                f"{len(train_rows):,}")
     is_main = training_args.process_index == 0
     callbacks = get_callbacks(script_args, training_args, None, tokenizer, is_main)
-    tracker = None
-    if script_args.dataset_mixture is None and script_args.dataset_name == BUILTIN_TASK:
-        from r1kit.tasks import addition_problems
-
-        heldout = addition_problems("test", script_args.heldout_size)
-        tracker = HeldOutAccuracyCallback(
-            tokenizer, [r["prompt"] for r in heldout], [r["solution"] for r in heldout], training_args.output_dir,
-            every_steps=script_args.eval_every_steps, max_new_tokens=64, stop_at=script_args.stop_at_accuracy,
-        )
+    tracker = heldout_tracker(script_args, training_args, tokenizer)
+    if tracker is not None:
         callbacks.append(tracker)
-    with progress_bars(len(train) >= SMALL_ROWS):  # TRL's tokenising passes over small data flash past
-        trainer = SFTTrainer(model=model, args=training_args, train_dataset=train, processing_class=tokenizer,
+    with data.progress_bars(len(train_rows) >= data.SMALL_ROWS):  # TRL's tokenising passes over small data flash past
+        trainer = SFTTrainer(model=model, args=training_args, train_dataset=train_rows, processing_class=tokenizer,
                              callbacks=callbacks)
-    attach_callbacks(trainer)
+    evaluators = [c for c in callbacks if isinstance(c, EvaluateBenchmarksCallback)]
+    for evaluator in evaluators:
+        evaluator.attach(trainer)
+    run = runs.Run(trainer, checkpoint, len(train_rows), script_args.dataset_name, tracker, evaluators)
     if trainer.accelerator.is_main_process:
-        write_run_metadata(training_args, checkpoint, training_args.world_size)
-    result = trainer.train(resume_from_checkpoint=checkpoint)
-    metrics = result.metrics
-    metrics["train_samples"] = len(train)
-    trainer.log_metrics("train", metrics)
-    trainer.save_metrics("train", metrics)
-    trainer.save_state()
-    save_final_model(trainer, training_args, script_args.dataset_name)
-    from r1kit.callbacks import EvaluateBenchmarksCallback
-
-    for evaluator in [c for c in trainer.callback_handler.callbacks if isinstance(c, EvaluateBenchmarksCallback)]:
-        evaluator.finish(training_args.output_dir, trainer.state.global_step)
-    if training_args.push_to_hub:
-        trainer.push_to_hub(dataset_name=script_args.dataset_name, tags=["r1kit"])
-    final = tracker.history[-1] if tracker and tracker.history else {}
+        runs.write_run_metadata(training_args, checkpoint)
+    metrics = runs.train(run)
+    runs.finish(run)
+    history = tracker.history if tracker else []
     summary = {"steps": trainer.state.global_step, "train_seconds": round(metrics["train_runtime"], 1),
-               "train_loss": metrics.get("train_loss"), "heldout_accuracy": final.get("accuracy"),
-               "curve": [(r["step"], r["accuracy"]) for r in tracker.history] if tracker else []}
-    (Path(training_args.output_dir) / "sft_summary.json").write_text(json.dumps(summary, indent=2))
-    if script_args.publish_to:
+               "train_loss": metrics.get("train_loss"), "heldout_accuracy": history[-1]["accuracy"] if history else None,
+               "curve": [(r["step"], r["accuracy"]) for r in history]}
+    runs.write_json(run, "sft_summary.json", summary)
+    if script_args.publish_to and trainer.accelerator.is_main_process:
         publish(Path(training_args.output_dir), Path(script_args.publish_to), summary)
     return summary
 
 
-def dry_run(script_args: SFTScriptArguments, training_args, model_args) -> str:
+def heldout_tracker(script_args: SFTScriptArguments, training_args: SFTConfig, tokenizer) -> HeldOutAccuracyCallback | None:
+    """Greedy accuracy on the built-in task's held-out problems (and `stop_at_accuracy`); None for other data."""
+    if not script_args.uses_builtin_task:
+        return None
+    heldout = addition_problems("test", script_args.heldout_size)
+    return HeldOutAccuracyCallback(
+        tokenizer, [r["prompt"] for r in heldout], [r["solution"] for r in heldout], training_args.output_dir,
+        every_steps=script_args.eval_every_steps, max_new_tokens=64, stop_at=script_args.stop_at_accuracy,
+    )
+
+
+def dry_run(script_args: SFTScriptArguments, training_args: SFTConfig, model_args: ModelConfig) -> str:
     """Checks an SFT recipe without loading a model (local data is loaded and its columns checked); returns the
     resolved configuration as YAML."""
-
-    from r1kit.grpo import is_local_data
-    from r1kit.outputs import resolved_recipe
-    from r1kit.preflight import check_sft_before_loading
-
-    check_sft_before_loading(script_args, training_args, model_args, dry_run=True)
-    if script_args.dataset_name == BUILTIN_TASK or is_local_data(script_args):
+    preflight.check_sft_recipe(script_args, training_args, model_args, dry_run=True)
+    if script_args.uses_builtin_task or data.is_local(script_args):
         load_sft_data(script_args, training_args)
-
-    return resolved_recipe(script_args, training_args, model_args)
+    return runs.resolved_recipe(script_args, training_args, model_args) + (
+        "recipe OK: keys, values, paths and (local) dataset columns checked; no model loaded.")
 
 
 SHIPPED_FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
@@ -214,40 +154,20 @@ def publish(source: Path, target: Path, summary: dict) -> None:
     logger.info("Published the model to %s", target)
 
 
-def parse(argv: list[str], world_size: int | None = None):
-    """The recipe and flags, parsed strictly (unknown keys, key migrations, types and choices), for `world_size`."""
-    from r1kit.configs import ModelConfig, SFTConfig, parse_args
-
-    return parse_args(argv, default_config=None, dataclass_types=(SFTScriptArguments, SFTConfig, ModelConfig),
-                      world_size=world_size)
-
-
 # --------------------------------------------------------------------------------------------------------------------
 # The command: r1kit sft --config recipe.yaml [--dry-run [--world-size N]] [--key value ...]
 # --------------------------------------------------------------------------------------------------------------------
 def add_parser(subparsers):
     """Adds `sft` to the `r1kit` command."""
-    from r1kit.console import add_pass_through_command
-
     return add_pass_through_command(subparsers, "sft", "supervised fine-tuning (distillation, cold start) from a recipe", run)
 
 
 def run(args) -> int:
     """`r1kit sft`: parse the recipe strictly, then train (or only check, with --dry-run)."""
-    from r1kit.console import parse_world_size, shape_warnings
+    return run_recipe_command(args.argv, __doc__.strip(), SFT_TYPES, dry_run, train_and_report)
 
-    argv = list(args.argv)
-    if "-h" in argv or "--help" in argv:
-        print(__doc__.strip())
-        return 0
-    dry = "--dry-run" in argv
-    argv, world_size = parse_world_size([a for a in argv if a != "--dry-run"], dry)
-    shape_warnings()
-    script_args, training_args, model_args = parse(argv, world_size)
-    if dry:
-        print(dry_run(script_args, training_args, model_args))
-        print("recipe OK: keys, values, paths and (local) dataset columns checked; no model loaded.")
-        return 0
+
+def train_and_report(script_args: SFTScriptArguments, training_args: SFTConfig, model_args: ModelConfig) -> int:
     summary = pipeline(script_args, training_args, model_args)
     accuracy = "" if summary["heldout_accuracy"] is None else f", held-out accuracy {summary['heldout_accuracy']}"
     print(f"SFT done: {summary['steps']} steps, {summary['train_seconds']} s, train loss {summary['train_loss']}{accuracy}")

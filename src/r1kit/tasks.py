@@ -20,8 +20,10 @@ ADDITION_PROMPT = "{a}+{b}="
 TASKS = ("addition",)
 
 
-def _split_of(a: int, b: int, test_fraction: float) -> str:
-    digest = hashlib.sha256(f"{a}+{b}".encode()).digest()
+def hash_split(key: str, test_fraction: float) -> str:
+    """"train" or "test" for a problem, from a hash of its text: the same problem always lands in the same split,
+    whatever the seed or the sizes asked for (so train and test never share a problem)."""
+    digest = hashlib.sha256(key.encode()).digest()
     return "test" if int.from_bytes(digest[:4], "big") / 2**32 < test_fraction else "train"
 
 
@@ -46,7 +48,7 @@ def addition_problems(
             digits = rng.randint(min_digits or 1, max_digits or min_digits)
             low, high = (0 if digits == 1 else 10 ** (digits - 1)), 10**digits - 1
         a, b = rng.randint(low, high), rng.randint(low, high)
-        if (a, b) in seen or _split_of(a, b, test_fraction) != split:
+        if (a, b) in seen or hash_split(f"{a}+{b}", test_fraction) != split:
             continue
         seen.add((a, b))
         rows.append({"prompt": ADDITION_PROMPT.format(a=a, b=b), "solution": str(a + b), "a": a, "b": b})

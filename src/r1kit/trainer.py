@@ -1,7 +1,18 @@
-"""Spend generation where the signal is: dynamic sampling and an online pass-rate curriculum on TRL's `GRPOTrainer`.
+"""r1kit's trainer: TRL's `GRPOTrainer`, and the only module that touches TRL's private API.
+
+`R1Trainer` adds, by overriding TRL's private methods (pinned by tests/test_trl_internals.py, so that a TRL upgrade
+that moves them fails in one place):
+
+- a reward tap (`_calculate_rewards`): every scored batch goes to the `reward_listeners`, e.g. the
+  `CompletionsRecorder` that writes `completions.jsonl`;
+- dynamic sampling and the pass-rate curriculum (`_generate_and_score_completions`), whose pure logic is
+  `r1kit.curriculum`;
+- the sampling state in every checkpoint (`_save_checkpoint`, `_load_optimizer_and_scheduler`).
+
+With dynamic sampling and the curriculum off it generates and trains exactly as TRL's trainer does.
 
 A GRPO group whose completions all get the same reward has zero advantage: it costs a full generation and gives no
-gradient. `SamplingGRPOTrainer` is TRL's trainer with one method extended, `_generate_and_score_completions`:
+gradient. `R1Trainer` extends one method for them, `_generate_and_score_completions`:
 
     dynamic_sampling: true           after scoring, groups whose rewards are all equal are dropped and more prompts are
                                      generated, round after round, until every rank's batch is full of groups with
@@ -28,218 +39,83 @@ not trained), `sampling/surplus_groups_dropped` (groups with signal beyond a ful
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import math
 import os
-import random
-from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
 
 import torch
+from accelerate.utils import gather_object
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer
+from trl.models.utils import disable_gradient_checkpointing
+from trl.trainer.utils import nanstd, use_adapter
 
-from r1kit.errors import ConfigError
+from r1kit.curriculum import SAMPLING_STATE, CurriculumRules, PromptPicker, join_pieces, prompt_key, slice_rows
+from r1kit.rewards.text import completion_text
 
-logger = logging.getLogger("r1kit")
-
-SAMPLING_STATE = "r1kit_sampling.json"  # in each checkpoint folder
-STATE_VERSION = 1
-MAX_TRIES_PER_PLACE = 32  # curriculum: candidates looked at per place before one is taken whatever its record
-
-# How each per-sample tensor of TRL's generation output is padded when groups from different rounds are joined:
-# (side, pad value; None = the tokenizer's pad token). Any other 2-D tensor (images, token types) is refused.
-PADDING = {
-    "prompt_ids": ("left", None),
-    "prompt_mask": ("left", 0),
-    "completion_ids": ("right", None),
-    "completion_mask": ("right", 0),
-    "tool_mask": ("right", 1),
-    "old_per_token_logps": ("right", 0.0),
-    "ref_per_token_logps": ("right", 0.0),
-    "sampling_per_token_logps": ("right", 0.0),
-    "importance_sampling_ratio": ("right", 1.0),
-}
+logger = logging.getLogger(__name__)
 
 
-def prompt_key(row: dict) -> str:
-    """A short, stable identity of a row's prompt: the curriculum's record is kept per prompt, whatever its index."""
-    text = json.dumps(row.get("prompt"), sort_keys=True, default=str, ensure_ascii=False)
-    return hashlib.sha1(text.encode()).hexdigest()[:16]
+class CompletionsRecorder:
+    """Writes every scored completion to `OUTPUT_DIR/completions.jsonl` with its step, prompt and the score of every
+    reward: what the model wrote, without wandb. A reward listener of `R1Trainer`.
 
-
-@dataclass
-class CurriculumRules:
-    """What the curriculum skips. `skip_solved` (int, 0 = off), `window` ([low, high] or None), `explore` (float),
-    `history` (int: appearances the estimate averages)."""
-
-    skip_solved: int = 0
-    window: tuple[float, float] | None = None
-    explore: float = 0.1
-    history: int = 4
-
-    @classmethod
-    def from_args(cls, args: Any) -> CurriculumRules:
-        window = getattr(args, "curriculum_pass_rate_window", None)
-        return cls(
-            skip_solved=getattr(args, "curriculum_skip_solved", 0) or 0,
-            window=tuple(window) if window else None,
-            explore=getattr(args, "curriculum_explore", 0.1),
-            history=max(getattr(args, "curriculum_history", 4), getattr(args, "curriculum_skip_solved", 0) or 0, 1),
-        )
-
-    @property
-    def active(self) -> bool:
-        return bool(self.skip_solved) or self.window is not None
-
-    def would_skip(self, rates: list[float]) -> bool:
-        """Whether a prompt with these pass rates (oldest first) is one the curriculum skips."""
-        if not rates:
-            return False  # never seen: always taken
-        if self.skip_solved and len(rates) >= self.skip_solved and all(r >= 1.0 for r in rates[-self.skip_solved :]):
-            return True
-        if self.window is not None:
-            estimate = sum(rates) / len(rates)
-            return not self.window[0] <= estimate <= self.window[1]
-        return False
-
-
-class PromptPicker:
-    """The curriculum's record and the seeded walk over the training set that refills and replaces prompts.
-
-    Its whole state is JSON (`state_dict`): the pass rates per prompt, the walk's epoch and position, and the number of
-    exploration draws made; every random choice is derived from the seed and those counters, so a run restored from
-    the state makes the same choices. Every rank holds the same picker and feeds it the same (gathered) inputs.
+    It taps the trainer's reward calculation rather than a reward function, so each row holds every reward's score
+    whatever their kinds and order (plain functions, `async def` functions that TRL runs concurrently, reward models).
+    Only the main process records (its own share of the batch); rows from evaluation carry `"mode": "eval"`, and with
+    dynamic sampling rows carry their generation `round` (a step may score several rounds, dropped groups included).
+    A reward's `None` (NaN in TRL's tensor) stays `null`.
     """
 
-    def __init__(self, dataset_size: int, seed: int, rules: CurriculumRules):
-        if dataset_size < 1:
-            raise ConfigError("dynamic sampling and the curriculum need a non-empty training set")
-        self.size, self.seed, self.rules = dataset_size, seed, rules
-        self.rates: dict[str, list[float]] = {}
-        self.epoch, self.position, self.explorations = 0, 0, 0
-        self._order: list[int] | None = None
+    def __init__(self, output_dir: str):
+        self.path = Path(output_dir) / "completions.jsonl"
 
-    # --- the record -----------------------------------------------------------------------------------------------
-    def record(self, keys: list[str], rates: list[float | None]) -> None:
-        """Adds one appearance per prompt; `None` (a group nobody could judge) adds nothing."""
-        for key, rate in zip(keys, rates, strict=True):
-            if rate is None:
-                continue
-            history = self.rates.setdefault(key, [])
-            history.append(round(float(rate), 6))
-            del history[: -self.rules.history]
-
-    def accepts(self, key: str) -> bool:
-        """Whether the curriculum takes this prompt now (a skipped one is still taken with probability `explore`)."""
-        if not self.rules.active or not self.rules.would_skip(self.rates.get(key, [])):
-            return True
-        self.explorations += 1
-        return random.Random(f"{self.seed}-explore-{self.explorations}").random() < self.rules.explore
-
-    # --- the walk -------------------------------------------------------------------------------------------------
-    def next_index(self) -> int:
-        """The next training-set index of the seeded walk (a new shuffled order each epoch)."""
-        if self.position >= self.size:
-            self.epoch, self.position, self._order = self.epoch + 1, 0, None
-        if self._order is None:
-            self._order = list(range(self.size))
-            random.Random(f"{self.seed}-walk-{self.epoch}").shuffle(self._order)
-        index = self._order[self.position]
-        self.position += 1
-        return index
-
-    def draw(self, count: int, key_of) -> list[int]:
-        """`count` indices from the walk, each one the curriculum accepts (after `MAX_TRIES_PER_PLACE` refusals in a
-        row the next candidate is taken anyway, so that a fully solved training set cannot stall a run)."""
-        picked = []
-        for _ in range(count):
-            for _ in range(MAX_TRIES_PER_PLACE - 1):
-                index = self.next_index()
-                if self.accepts(key_of(index)):
-                    break
-            else:
-                index = self.next_index()
-            picked.append(index)
-        return picked
-
-    def replacements(self, keys: list[str], key_of) -> list[int | None]:
-        """For each proposed prompt: `None` to keep it, or the training-set index that replaces it."""
-        return [None if self.accepts(key) else self.draw(1, key_of)[0] for key in keys]
-
-    # --- checkpoints ----------------------------------------------------------------------------------------------
-    def state_dict(self) -> dict:
-        return {"version": STATE_VERSION, "epoch": self.epoch, "position": self.position,
-                "explorations": self.explorations, "dataset_size": self.size, "rates": self.rates}
-
-    def load_state_dict(self, state: dict) -> None:
-        if state.get("version") != STATE_VERSION:
-            raise ValueError(f"unknown {SAMPLING_STATE} version {state.get('version')!r}")
-        if state.get("dataset_size") != self.size:
-            logger.warning("%s was saved for a training set of %s rows, this one has %s: the walk restarts, the "
-                           "record of pass rates is kept.", SAMPLING_STATE, state.get("dataset_size"), self.size)
-        else:
-            self.epoch, self.position = int(state["epoch"]), int(state["position"])
-        self.explorations = int(state.get("explorations", 0))
-        self.rates = {key: [float(r) for r in rates] for key, rates in state.get("rates", {}).items()}
-        self._order = None
+    def __call__(self, trainer: R1Trainer, prompts: list, completions: list, rewards: torch.Tensor) -> None:
+        # Gathered over processes, in rank order: this process's rows are its own slice.
+        n, rank = len(prompts), trainer.accelerator.process_index
+        training = trainer.model.training
+        step = trainer.state.global_step + 1 if training else trainer.state.global_step
+        names = list(trainer.reward_func_names)
+        scores = rewards[rank * n : (rank + 1) * n].tolist()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.path.open("a") as f:
+            for prompt, completion, row_scores in zip(prompts, completions, scores):
+                row = {
+                    "step": step,
+                    "mode": "train" if training else "eval",
+                    "prompt": completion_text(prompt[-1:]) if isinstance(prompt, list) else prompt,
+                    "completion": completion_text(completion),
+                    "rewards": {name: None if math.isnan(v) else v for name, v in zip(names, row_scores)},
+                }
+                if training and trainer.generation_round is not None:
+                    row["round"] = trainer.generation_round
+                f.write(json.dumps(row) + "\n")
 
 
-def slice_rows(output: dict, start: int, stop: int) -> dict:
-    """Rows `start:stop` of every per-sample tensor of TRL's generation output (`num_items_in_batch` is left out: it
-    is recomputed for the joined batch)."""
-    batch = output["prompt_ids"].size(0)
-    piece = {}
-    for key, value in output.items():
-        if key == "num_items_in_batch":
-            continue
-        if not (torch.is_tensor(value) and value.dim() >= 1 and value.size(0) == batch):
-            raise ConfigError(f"dynamic sampling and the curriculum support text prompts only; the batch holds {key!r}")
-        piece[key] = value[start:stop]
-    return piece
-
-
-def join_pieces(pieces: list[dict], pad_token_id: int, pad_to_multiple_of: int | None = None) -> dict:
-    """Concatenates groups from different generation rounds, padding each 2-D tensor to the widest (rounded up to
-    `pad_to_multiple_of`; prompts on the left, completions and per-token values on the right, as TRL pads them)."""
-    joined = {}
-    for key in pieces[0]:
-        values = [piece[key] for piece in pieces]
-        if values[0].dim() == 1:
-            joined[key] = torch.cat(values)
-            continue
-        if key not in PADDING or values[0].dim() != 2:
-            raise ConfigError(f"dynamic sampling and the curriculum support text prompts only; the batch holds {key!r}")
-        side, fill = PADDING[key]
-        fill = pad_token_id if fill is None else fill
-        width = max(v.size(1) for v in values)
-        if pad_to_multiple_of and key != "importance_sampling_ratio":  # (a per-sequence ratio stays 1 wide)
-            width = -(-width // pad_to_multiple_of) * pad_to_multiple_of
-        padded = []
-        for v in values:
-            extra = v.new_full((v.size(0), width - v.size(1)), fill)
-            padded.append(torch.cat([extra, v] if side == "left" else [v, extra], dim=1))
-        joined[key] = torch.cat(padded)
-    return joined
-
-
-class SamplingGRPOTrainer(GRPOTrainer):
+class R1Trainer(GRPOTrainer):
     """TRL's `GRPOTrainer` with dynamic sampling and the pass-rate curriculum (see the module docstring). With neither
     turned on, it is TRL's trainer unchanged.
 
     Args:
+        args (`r1kit.config.schema.GRPOConfig`): r1kit's config (TRL's plus the sampling fields).
         curriculum_reward_index (`int` or `None`, defaults to `None`): position in `reward_funcs` of the reward whose
             group mean is a prompt's pass rate; required when the curriculum is on.
+        reward_listeners (`list[Callable]`, defaults to `[]`): each is called as `listener(trainer, prompts,
+            completions, rewards)` after every scored batch (`rewards`: TRL's gathered `(batch, num_rewards)`
+            tensor, NaN for a reward's None); the completions recorder is one.
     """
 
-    def __init__(self, *args, curriculum_reward_index: int | None = None, **kwargs):
+    def __init__(self, *args, curriculum_reward_index: int | None = None, reward_listeners: list | None = None,
+                 **kwargs):
         super().__init__(*args, **kwargs)
-        self.dynamic_sampling = bool(getattr(self.args, "dynamic_sampling", False))
-        self.max_rounds = getattr(self.args, "dynamic_sampling_max_rounds", 4) if self.dynamic_sampling else 1
-        rules = CurriculumRules.from_args(self.args)
+        self.reward_listeners = list(reward_listeners or [])
+        self.dynamic_sampling = self.args.dynamic_sampling
+        self.max_rounds = self.args.dynamic_sampling_max_rounds if self.dynamic_sampling else 1
+        rules = CurriculumRules.from_config(self.args)
         if rules.active and curriculum_reward_index is None:
-            raise ConfigError("the curriculum needs curriculum_reward_index (the reward that measures pass rates)")
+            raise ValueError("the curriculum needs curriculum_reward_index (the reward that measures pass rates)")
         self.curriculum_reward_index = curriculum_reward_index
         self.picker = None
         self._round_rewards: torch.Tensor | None = None  # the last gathered rewards_per_func
@@ -247,7 +123,7 @@ class SamplingGRPOTrainer(GRPOTrainer):
         self.generation_round: int | None = None  # with dynamic sampling, the round being scored (completions.jsonl)
         if self.dynamic_sampling or rules.active:
             if not hasattr(self.train_dataset, "__getitem__") or not hasattr(self.train_dataset, "__len__"):
-                raise ConfigError("dynamic sampling and the curriculum need a map-style training set (not streaming)")
+                raise ValueError("dynamic sampling and the curriculum need a map-style training set (not streaming)")
             self.picker = PromptPicker(len(self.train_dataset), self.args.seed, rules)
         # A checkpoint can fall inside a generation block (num_iterations > 1, or steps_per_generation beyond the
         # accumulation steps); a resumed run regenerates that block, so it must find the state from before it.
@@ -259,6 +135,8 @@ class SamplingGRPOTrainer(GRPOTrainer):
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         self._round_rewards = rewards  # gathered over ranks: every rank sees every group's rewards
+        for listener in self.reward_listeners:
+            listener(self, prompts, completions, rewards)
         return rewards
 
     def _generate_and_score_completions(self, inputs):
@@ -281,8 +159,6 @@ class SamplingGRPOTrainer(GRPOTrainer):
     def _save_checkpoint(self, model, trial):
         if self.picker is not None and self.args.should_save:
             # Written before the trainer's own files: a checkpoint complete by their standard has it too.
-            from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
-
             folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
             os.makedirs(folder, exist_ok=True)
             state = self.picker.state_dict()
@@ -377,8 +253,6 @@ class SamplingGRPOTrainer(GRPOTrainer):
         computed under a round's narrower padding would not match the loss's forward pass (rotary models, whose
         attention depends only on relative positions, are unaffected). The vLLM importance-sampling ratio, computed
         per round, is kept."""
-        from trl.models.utils import disable_gradient_checkpointing
-        from trl.trainer.utils import use_adapter
 
         ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
         mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
@@ -400,7 +274,6 @@ class SamplingGRPOTrainer(GRPOTrainer):
     def _group_signal(self) -> list[bool]:
         """For every group of the last round, on every rank (rank-major order): whether its weighted rewards differ,
         i.e. whether it has an advantage to learn from. Follows TRL's `sum_then_normalize` aggregation."""
-        from trl.trainer.utils import nanstd
 
         per_func = self._round_rewards  # (preflight allows dynamic sampling with sum_then_normalize only)
         grouped = per_func.view(-1, self.num_generations, per_func.size(1))
@@ -415,7 +288,6 @@ class SamplingGRPOTrainer(GRPOTrainer):
         """Adds every group of the round just scored (all ranks) to the pass-rate record."""
         if self.curriculum_reward_index is None:
             return
-        from accelerate.utils import gather_object
 
         keys = gather_object([prompt_key(g) for g in groups])
         values = self._round_rewards[:, self.curriculum_reward_index].view(-1, self.num_generations)
@@ -425,7 +297,6 @@ class SamplingGRPOTrainer(GRPOTrainer):
     def _apply_curriculum(self, groups: list[dict]) -> tuple[list[dict], int]:
         """Replaces the proposed prompts the curriculum skips; decided over all ranks' proposals at once, so that the
         walk advances the same way everywhere. Returns the groups and how many were replaced (all ranks)."""
-        from accelerate.utils import gather_object
 
         keys = gather_object([prompt_key(g) for g in groups])
         choices = self.picker.replacements(keys, self._key_of)
@@ -440,14 +311,14 @@ class SamplingGRPOTrainer(GRPOTrainer):
         `num_generations` times in a row; dynamic sampling needs whole groups on each rank)."""
         size = self.num_generations
         if len(inputs) % size:
-            raise ConfigError(
+            raise RuntimeError(
                 f"dynamic sampling and the curriculum need whole prompt groups on each process: the per-process "
                 f"generation batch ({len(inputs)}) must be a multiple of num_generations ({size})"
             )
         groups = [inputs[i] for i in range(0, len(inputs), size)]
         for i, group in enumerate(groups):
             if any(prompt_key(row) != prompt_key(group) for row in inputs[i * size : (i + 1) * size]):
-                raise ConfigError("dynamic sampling: a generation batch whose prompt groups are not consecutive rows")
+                raise RuntimeError("dynamic sampling: a generation batch whose prompt groups are not consecutive rows")
         if self._columns is None:
             self._columns = set(inputs[0])
         return groups
@@ -477,14 +348,3 @@ class SamplingGRPOTrainer(GRPOTrainer):
             metrics["sampling/surplus_groups_dropped"].append(float(surplus))
         if self.picker.rules.active:
             metrics["sampling/curriculum_replaced"].append(float(replaced))
-
-
-def curriculum_reward_index(reward_funcs: list[str], args: Any) -> int | None:
-    """Where `curriculum_reward` sits in the recipe's `reward_funcs`, when the curriculum is on."""
-    if not CurriculumRules.from_args(args).active:
-        return None
-    name = getattr(args, "curriculum_reward", "accuracy")
-    if name not in reward_funcs:
-        raise ConfigError(f"curriculum_reward '{name}' is not in reward_funcs ({', '.join(reward_funcs)}); the "
-                          "curriculum measures pass rates with one of the run's rewards")
-    return reward_funcs.index(name)

@@ -18,13 +18,13 @@ Train and test never share a question: each distinct question belongs to one spl
 from __future__ import annotations
 
 import difflib
-import hashlib
 import json
 import logging
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from r1kit.errors import ConfigError, one_line
+from r1kit.tasks import hash_split
 
 logger = logging.getLogger(__name__)
 
@@ -81,12 +81,6 @@ def _split_options(options: dict) -> tuple[dict, dict]:
     return ours, {key: value for key, value in options.items() if key not in SPLIT_OPTIONS}
 
 
-def split_of(question: str, test_fraction: float) -> str:
-    """"train" or "test" for a question, from a hash of its text: the same question always lands in the same split."""
-    digest = hashlib.sha256(question.encode()).digest()
-    return "test" if int.from_bytes(digest[:4], "big") / 2**32 < test_fraction else "train"
-
-
 def is_number(text: Any) -> bool:
     """Whether `text` reads as one decimal number (`-4`, `1,000`, `2.5`)."""
     try:
@@ -124,7 +118,7 @@ def generate_rows(generator: str, options: dict | None = None) -> dict[str, list
             break
         entry = items[index]
         question = str(entry["question"])
-        split = split_of(question, test_fraction)
+        split = hash_split(question, test_fraction)
         if question in seen or len(rows[split]) >= wanted[split]:
             continue
         seen.add(question)

@@ -1,0 +1,368 @@
+"""Reading a recipe: YAML plus command-line overrides into the schema's dataclasses, strictly.
+
+A recipe is a YAML file whose top-level keys are fields of the command's dataclasses (for `r1kit grpo`:
+`GRPOScriptArguments`, `GRPOConfig`, `ModelConfig`), plus an optional `env:` mapping and `defaults: trl | open-r1`.
+Command-line flags (`--key value`) override the file. Unlike TRL's parser:
+
+- an unknown key is an error that names the nearest valid key, and a value of the wrong type or outside its choices
+  is an error that names the field (argparse checks neither for values that come from a file);
+- Open-R1's renamed or dropped keys are mapped with one warning each, and moved defaults are named once
+  (`r1kit.config.compat`);
+- nothing is written to `os.environ`: the `env:` block comes back in `ParsedRecipe.env` and the command applies it
+  (`apply_env`) before the dataclasses are built, since transformers reads some variables while they are.
+
+r1kit's own flags (`--config`, `--defaults`, `--dry-run`, `--world-size`, `-h`) are taken out first by a small
+argparse pre-parser (`split_command_line`); the rest are the recipe's keys.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import difflib
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from trl import TrlParser
+
+from r1kit.config.compat import (
+    DEFAULTS_CHOICES,
+    OPEN_R1_DEFAULTS,
+    apply_vllm_server_keys,
+    migrate_key,
+    needs_migration,
+    warn_moved_defaults,
+)
+from r1kit.config.schema import (
+    GRPOConfig,
+    GRPOScriptArguments,
+    ModelConfig,
+    check_choice,
+    check_generation_batch,
+)
+from r1kit.console import shape_warnings
+from r1kit.errors import ConfigError, one_line
+
+DEFAULT_RECIPE = Path(__file__).parent.parent / "recipes" / "demo_grpo.yaml"
+GRPO_TYPES = (GRPOScriptArguments, GRPOConfig, ModelConfig)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# r1kit's own flags
+# --------------------------------------------------------------------------------------------------------------------
+@dataclass
+class CommandLine:
+    """A recipe command's line, split: r1kit's own flags, and the rest (the recipe's `--key value` overrides).
+
+    Args:
+        config (`str` or `None`): `--config PATH`, else the command's default recipe (None: none).
+        defaults (`str` or `None`): `--defaults trl | open-r1`.
+        dry_run (`bool`): `--dry-run`: check the recipe, load no model.
+        world_size (`int` or `None`): `--world-size N` (with `--dry-run`): check the recipe as launched on N processes.
+        help (`bool`): `-h` / `--help`.
+        overrides (`list[str]`): everything else, in order.
+    """
+
+    config: str | None = None
+    defaults: str | None = None
+    dry_run: bool = False
+    world_size: int | None = None
+    help: bool = False
+    overrides: list[str] = field(default_factory=list)
+
+
+class _OwnFlags(argparse.ArgumentParser):
+    def error(self, message: str):
+        raise ConfigError(message)
+
+
+def split_command_line(argv: list[str], default_config: str | os.PathLike | None = None) -> CommandLine:
+    """Takes r1kit's own flags out of `argv`; the rest stay, in order, for the recipe parser."""
+    parser = _OwnFlags(add_help=False, allow_abbrev=False)
+    parser.add_argument("--config", default=None)
+    parser.add_argument("--defaults", default=None)
+    parser.add_argument("--dry-run", action="store_true")
+    parser.add_argument("--world-size", default=None)
+    parser.add_argument("-h", "--help", action="store_true")
+    own, rest = parser.parse_known_args(argv)
+    if own.world_size is not None and (not own.dry_run or not own.world_size.isdigit() or int(own.world_size) < 1):
+        raise ConfigError("--world-size N (a positive number) goes with --dry-run")
+    if own.defaults is not None:
+        check_choice("defaults", own.defaults, DEFAULTS_CHOICES)
+    config = own.config if own.config is not None else (str(default_config) if default_config else None)
+    return CommandLine(config, own.defaults, own.dry_run, int(own.world_size) if own.world_size else None, own.help,
+                       rest)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The recipe file
+# --------------------------------------------------------------------------------------------------------------------
+def load_recipe(path: str | os.PathLike) -> dict[str, Any]:
+    """Reads a recipe YAML into a mapping (the `env:` block included)."""
+    try:
+        with open(path) as f:
+            config = yaml.safe_load(f) or {}
+    except FileNotFoundError:
+        raise ConfigError(f"--config: recipe not found: {path}") from None
+    except OSError as e:
+        raise ConfigError(f"--config: cannot read the recipe {path}: {e.strerror or e}") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"--config: recipe {path} is not valid YAML: {one_line(e, 10_000)}") from None
+    if not isinstance(config, dict):
+        raise ConfigError(f"recipe {path} must contain a YAML mapping of keys to values")
+    return config
+
+
+@dataclass
+class ParsedRecipe:
+    """A recipe turned into its dataclasses.
+
+    Args:
+        args (`tuple`): one instance per dataclass type, in the order given.
+        env (`dict[str, str]`): the recipe's `env:` block, for the command to apply.
+        explicit (`set[str]`): the keys the recipe or the command line set.
+    """
+
+    args: tuple
+    env: dict[str, str]
+    explicit: set[str]
+
+
+def recipe_env(path: str | os.PathLike | None) -> dict[str, str]:
+    """The `env:` block of the recipe at `path` (empty without one)."""
+    if path is None:
+        return {}
+    env = load_recipe(path).get("env") or {}
+    if not isinstance(env, dict):
+        raise ConfigError("`env:` in a recipe must be a mapping of variable names to values")
+    return {str(name): str(value) for name, value in env.items()}
+
+
+def apply_env(env: dict[str, str]) -> None:
+    """Exports a recipe's `env:` block (the command does this before it parses the dataclasses)."""
+    os.environ.update(env)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The strict parser
+# --------------------------------------------------------------------------------------------------------------------
+class _StrictParser(TrlParser):
+    """TrlParser whose argparse errors (`--learning_rate abc`) become one-line `ConfigError`s naming the field,
+    instead of a page of usage and an exit."""
+
+    def error(self, message: str):
+        match = re.match(r"argument --([\w-]+)(?:/--[\w-]+)*: (.*)", message, re.S)
+        if match:
+            message = f"{match[1].replace('-', '_')}: {match[2]}"
+        raise ConfigError(message.replace("invalid string_to_bool value", "invalid true/false value"))
+
+
+def _mapping_from_text(text: str) -> dict:
+    """A `dict` field given on the command line, as JSON or YAML flow text: `--dataset_options '{max_digits: 6}'`."""
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError:
+        value = None
+    if value is not None and not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"expected a mapping such as '{{key: value}}', got {text!r}")
+    return value
+
+
+def _make_parser(dataclass_types: tuple) -> _StrictParser:
+    parser = _StrictParser(dataclass_types)
+    mappings = {f.name for kind in dataclass_types for f in dataclasses.fields(kind)
+                if str(f.type).startswith("dict") and "| str" not in str(f.type)}  # `dict | str` fields parse as text
+    for action in parser._actions:
+        if action.dest in mappings:  # argparse would call dict("{...}") on the text and fail
+            action.type = _mapping_from_text
+    return parser
+
+
+def _unknown_key_error(key: str, known: set[str], where: str) -> ConfigError:
+    matches = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.6)
+    hint = f"; did you mean '{matches[0]}'?" if matches else ""
+    return ConfigError(f"unknown key '{key}' {where}{hint}")
+
+
+def _normalise_yaml(config: dict[str, Any], known: set[str], seen: set[str], path: str,
+                    actions: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in config.items():
+        while key is not None and needs_migration(key, known, value):  # a renamed key may itself be dropped
+            old, key = key, migrate_key(key, known, seen)
+            if old == "dataset_configs" and isinstance(value, list):
+                if len(value) != 1:
+                    raise ConfigError(f"dataset_configs in {path}: give one config (dataset_config), got {value!r}")
+                value = value[0]
+        if key is None:
+            continue
+        if key not in known:
+            raise _unknown_key_error(key, known, f"in {path}")
+        out[key] = _check_yaml_value(key, value, actions[key], path) if key in actions else value
+    return out
+
+
+def _check_yaml_value(key: str, value: Any, action: Any, path: str) -> Any:
+    """What argparse does not check in values that come from a recipe (it converts only string defaults, and never
+    checks their choices): numbers where numbers go, single values where single values go, valid choices. Returns
+    the value, with YAML's `no` (read as false) turned back into the choice "no" (`save_strategy: no`)."""
+    if value is None:
+        return value
+    many = action.nargs in ("+", "*")
+    if action.choices and isinstance(value, bool) and ("no" if value is False else "yes") in action.choices:
+        return "no" if value is False else "yes"
+    for item in value if many and isinstance(value, list) else [value]:
+        if isinstance(item, (list, dict)):
+            if action.type in (int, float) or action.choices or many:
+                raise ConfigError(f"{key} in {path} takes {'single values' if many else 'one value'}, got {value!r}")
+            continue  # str-typed fields such as report_to and generation_kwargs take lists and mappings
+        if action.type in (int, float) and not isinstance(item, str):
+            if isinstance(item, bool) or not isinstance(item, (int, float)):
+                raise ConfigError(f"{key} in {path} must be a number, got {item!r}")
+            if action.type is int and item != int(item):
+                raise ConfigError(f"{key} in {path} must be a whole number, got {item!r}")
+        if action.choices:
+            check_choice(key, item if isinstance(item, str) else str(item), list(action.choices))
+    if action.type is int and isinstance(value, float):
+        return int(value)
+    return value
+
+
+def _normalise_cli(args: list[str], known: set[str], options: set[str], seen: set[str]) -> list[str]:
+    out: list[str] = []
+    i = 0
+    while i < len(args):
+        token = args[i]
+        if not token.startswith("--"):
+            out.append(token)
+            i += 1
+            continue
+        name, eq, value = token[2:].partition("=")
+        key = name.replace("-", "_")
+        if needs_migration(key, known):
+            new = migrate_key(key, known, seen)
+            if new is None:  # drop the flag and its value
+                has_value = not eq and i + 1 < len(args) and not args[i + 1].startswith("--")
+                i += 2 if has_value else 1
+                continue
+            token = f"--{new}{eq}{value}"
+        elif token.split("=")[0] not in options:
+            raise _unknown_key_error(name, known, "on the command line")
+        out.append(token)
+        i += 1
+    return out
+
+
+def _stray_words(args: list[str]) -> list[str]:
+    """Tokens that are neither a `--key` nor the value right after one."""
+    values = {value for option, value in zip(args, args[1:]) if option.startswith("--") and "=" not in option}
+    return [a for a in args if not a.startswith("--") and a not in values]
+
+
+def _build(dataclass_types: tuple, namespace: argparse.Namespace) -> list:
+    """One instance per dataclass from the parsed namespace, as HfArgumentParser builds them. A dataclass's own
+    check (r1kit's are `ConfigError`s; TRL's and transformers' are `ValueError`s) becomes a one-line error."""
+    values = vars(namespace)
+    built = []
+    for kind in dataclass_types:
+        names = {f.name for f in dataclasses.fields(kind) if f.init}
+        try:
+            built.append(kind(**{k: v for k, v in values.items() if k in names}))
+        except ConfigError:
+            raise
+        except (ValueError, TypeError) as e:
+            raise ConfigError(one_line(e, 10_000)) from e
+    return built
+
+
+def parse_recipe(command: CommandLine, dataclass_types: tuple = GRPO_TYPES,
+                 world_size: int | None = None) -> ParsedRecipe:
+    """Parses the recipe `command.config` plus `command.overrides` into `dataclass_types`, strictly.
+
+    Raises `ConfigError` for unknown keys, values of the wrong type or outside their range or choices, invalid
+    mixtures and batch sizes that cannot hold whole prompt groups. `world_size` is the number of processes the recipe
+    is checked for: `--world-size N` of a dry run, else this launch's (`WORLD_SIZE`, 1 without a launcher).
+    """
+    parser = _make_parser(dataclass_types)
+    known = {action.dest for action in parser._actions if action.dest != "help"}
+    options = {opt for action in parser._actions for opt in action.option_strings}
+    actions = {action.dest: action for action in parser._actions if action.option_strings}
+    seen: set[str] = set()
+    explicit: set[str] = set()
+    env: dict[str, str] = {}
+    defaults = command.defaults
+    if command.config is not None:
+        config = load_recipe(command.config)
+        env = recipe_env(command.config)
+        config.pop("env", None)
+        defaults = defaults or config.get("defaults")
+        config.pop("defaults", None)
+        recipe = _normalise_yaml(config, known, seen, str(command.config), actions)
+        explicit |= set(recipe)
+        parser.set_defaults_with_config(**recipe)
+    args = _normalise_cli(command.overrides, known, options, seen)
+    explicit |= {token[2:].partition("=")[0].replace("-", "_") for token in args if token.startswith("--")}
+    if defaults is not None:
+        check_choice("defaults", defaults, DEFAULTS_CHOICES)
+    if defaults == "open-r1":  # the values Open-R1 trained with, for every field the recipe leaves unset
+        parser.set_defaults(**{k: v for k, v in OPEN_R1_DEFAULTS.items() if k not in explicit and k in known})
+    namespace, rest = parser.parse_known_args(args=args)
+    if rest:
+        stray = _stray_words(rest) or rest
+        recipe_file = next((a for a in stray if a.endswith((".yaml", ".yml"))), None)
+        hint = f"; to read a recipe, write --config {recipe_file}" if recipe_file else "; options are --key value"
+        raise ConfigError(f"unexpected argument(s) {stray}{hint}")
+    launched = int(os.environ.get("WORLD_SIZE") or 1)
+    if GRPOConfig in dataclass_types:
+        check_generation_batch(vars(namespace), world_size or launched)
+    checked_elsewhere = (GRPOConfig in dataclass_types and world_size not in (None, launched)
+                         and namespace.generation_batch_size is None)
+    if checked_elsewhere:
+        # Checking a recipe for N ranks from one process: TRL's own check computes the generation batch from the
+        # processes it sees, so it is given the N-rank batch; the per-process step count is put back afterwards.
+        steps = namespace.steps_per_generation or namespace.gradient_accumulation_steps
+        namespace.generation_batch_size = namespace.per_device_train_batch_size * world_size * steps
+        namespace.steps_per_generation = None
+    built = _build(dataclass_types, namespace)
+    training_args = next((a for a in built if isinstance(a, GRPOConfig)), None)
+    if training_args is not None:
+        if checked_elsewhere:
+            training_args.steps_per_generation = steps
+        apply_vllm_server_keys(explicit, training_args)
+        if defaults is None:
+            warn_moved_defaults(explicit, training_args)
+    return ParsedRecipe(tuple(built), env, explicit)
+
+
+def parse_args(argv: list[str], default_config: str | os.PathLike | None = DEFAULT_RECIPE,
+               dataclass_types: tuple = GRPO_TYPES, world_size: int | None = None) -> tuple:
+    """`parse_recipe` from a plain argument list (`--config`, `--defaults` and overrides): the dataclasses only
+    (the `env:` block is not applied; see `apply_env`). For tests, benchmarks and scripts."""
+    command = split_command_line(list(argv), default_config)
+    return parse_recipe(command, dataclass_types, world_size).args
+
+
+def run_recipe_command(argv: list[str], help_text: str, dataclass_types: tuple, dry_run: Callable[..., str],
+                       run: Callable[..., int], default_config: str | os.PathLike | None = None,
+                       needs_config: str | None = None) -> int:
+    """The shape every recipe command shares (`r1kit grpo`, `sft`, `pass-rate`): r1kit's own flags out, `--help`,
+    the recipe's `env:` applied, the recipe parsed strictly; then `dry_run(*args)` is printed (`--dry-run`) or
+    `run(*args)` returns the exit code. `needs_config`: the command's name, when it cannot run without `--config`."""
+    command = split_command_line(argv, default_config)
+    if command.help:
+        print(help_text)
+        return 0
+    if needs_config and command.config is None:
+        raise ConfigError(f"--config: {needs_config} needs a recipe (see {needs_config} --help)")
+    shape_warnings()
+    apply_env(recipe_env(command.config))  # before the dataclasses: transformers reads some variables as they build
+    parsed = parse_recipe(command, dataclass_types, command.world_size)
+    if command.dry_run:
+        print(dry_run(*parsed.args))
+        return 0
+    return run(*parsed.args)

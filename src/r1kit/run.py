@@ -1,0 +1,211 @@
+"""What every training run shares, GRPO and SFT alike, around the trainer each command builds:
+
+    prepare(training_args)       seed, threads, logging, the resume decision, W&B variables -> checkpoint
+    train(run)                   trainer.train (resuming), then its metrics and state -> metrics
+    finish(run, metrics)         the final model and card, final benchmark evaluations, the Hub push
+
+and the files a run writes besides the model: `r1kit_run.json` (world size, resumed-from checkpoint, versions),
+`summary.json` / `sft_summary.json` (each command's), and what a dry run prints (`resolved_recipe`). Only the main
+process writes; every process computes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from r1kit.callbacks import EvaluateBenchmarksCallback, HeldOutAccuracyCallback
+from r1kit.checkpoints import find_resume_checkpoint
+
+logger = logging.getLogger(__name__)
+startup_logger = logging.getLogger("r1kit.startup")  # the start-up block: plain lines on the main process
+
+
+@dataclass
+class Run:
+    """A built run: the trainer and the handles `finish` needs (no scanning the trainer's callbacks for them).
+
+    Args:
+        trainer: the TRL trainer (`R1Trainer` or `SFTTrainer`).
+        checkpoint (`str` or `None`): the checkpoint training resumes from.
+        train_rows (`int`): rows in the training split.
+        dataset_name (`str` or `None`): the recipe's dataset, for the model card and the Hub push.
+        heldout (`HeldOutAccuracyCallback` or `None`): the held-out accuracy tracker, when the run has one.
+        evaluators (`list[EvaluateBenchmarksCallback]`): per-checkpoint benchmark evaluations.
+    """
+
+    trainer: Any
+    checkpoint: str | None
+    train_rows: int
+    dataset_name: str | None = None
+    heldout: HeldOutAccuracyCallback | None = None
+    evaluators: list[EvaluateBenchmarksCallback] = field(default_factory=list)
+
+
+def prepare(training_args: Any) -> str | None:
+    """Seed, torch threads, logging, the W&B variables and the resume decision; returns the checkpoint to resume
+    from (None: start at step 0)."""
+    import torch  # deferred: torch
+    from transformers import set_seed
+
+    set_seed(training_args.seed)
+    if training_args.torch_num_threads:
+        torch.set_num_threads(training_args.torch_num_threads)
+    setup_logging(training_args)
+    log_process(training_args)
+    checkpoint = find_resume_checkpoint(training_args.output_dir, training_args.resume)
+    export_wandb_env(training_args)
+    return checkpoint
+
+
+def train(run: Run) -> dict:
+    """Trains (from the run's checkpoint when resuming); saves the metrics and the trainer state."""
+    logger.info("*** Train ***")
+    metrics = run.trainer.train(resume_from_checkpoint=run.checkpoint).metrics
+    metrics["train_samples"] = run.train_rows
+    run.trainer.log_metrics("train", metrics)
+    run.trainer.save_metrics("train", metrics)
+    run.trainer.save_state()
+    return metrics
+
+
+def finish(run: Run) -> None:
+    """The final model and card, the final benchmark evaluations (waited for) and the Hub push."""
+    trainer, output_dir = run.trainer, run.trainer.args.output_dir
+    logger.info("*** Save model ***")
+    save_final_model(trainer, output_dir, run.dataset_name)
+    for evaluator in run.evaluators:
+        evaluator.finish(output_dir, trainer.state.global_step)
+    if run.evaluators:
+        trainer.save_state()  # with the evaluation metrics logged since
+    if trainer.args.push_to_hub:
+        logger.info("Pushing to the Hub...")
+        trainer.push_to_hub(dataset_name=run.dataset_name, tags=["r1kit"])
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Logging
+# --------------------------------------------------------------------------------------------------------------------
+def setup_logging(training_args: Any) -> None:
+    import datasets  # deferred: datasets
+    import transformers
+
+    logging.basicConfig(
+        format="%(asctime)s - %(levelname)s - %(name)s - %(message)s",
+        datefmt="%Y-%m-%d %H:%M:%S",
+        handlers=[logging.StreamHandler(sys.stdout)],
+    )
+    level = training_args.get_process_log_level()  # the main process at log_level, the others at log_level_replica
+    logging.getLogger("r1kit").setLevel(level)  # every r1kit module logs under it (getLogger(__name__))
+    datasets.utils.logging.set_verbosity(level)
+    transformers.utils.logging.set_verbosity(level)
+    transformers.utils.logging.enable_default_handler()
+    transformers.utils.logging.enable_explicit_format()
+    # The start-up block: plain lines, shown at the default level on the main process (log_level: error hides it).
+    handler = logging.StreamHandler(sys.stdout)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    startup_logger.handlers = [handler]
+    startup_logger.propagate = False
+    startup_logger.setLevel(logging.INFO if training_args.process_index == 0 and level <= logging.WARNING else logging.ERROR)
+
+
+def log_process(training_args: Any) -> None:
+    logger.log(
+        logging.WARNING if training_args.world_size > 1 else logging.INFO,  # one process: the start-up block says it
+        "Process rank %s / world size %s, device %s, distributed: %s, bf16: %s",
+        training_args.process_index, training_args.world_size, training_args.device,
+        training_args.parallel_mode.value, training_args.bf16,
+    )
+    logger.info("Training arguments %s", training_args)
+
+
+def export_wandb_env(training_args: Any) -> None:
+    if "wandb" not in (training_args.report_to or []):
+        return
+    for name, value in (
+        ("WANDB_ENTITY", training_args.wandb_entity),
+        ("WANDB_PROJECT", training_args.wandb_project),
+        ("WANDB_RUN_GROUP", training_args.wandb_run_group),
+    ):
+        if value is not None:
+            os.environ[name] = value
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Files a run writes
+# --------------------------------------------------------------------------------------------------------------------
+def write_run_metadata(training_args: Any, resumed_from: str | None) -> None:
+    """`OUTPUT_DIR/r1kit_run.json`: world size, the checkpoint resumed from, versions, the command line."""
+    import torch  # deferred: torch
+    import transformers
+    import trl
+
+    meta = {
+        "world_size": training_args.world_size,
+        "resumed_from": resumed_from,
+        "versions": {"torch": torch.__version__, "transformers": transformers.__version__, "trl": trl.__version__},
+        "argv": sys.argv,
+    }
+    Path(training_args.output_dir).mkdir(parents=True, exist_ok=True)
+    (Path(training_args.output_dir) / "r1kit_run.json").write_text(json.dumps(meta, indent=2))
+
+
+def save_final_model(trainer, output_dir: str, dataset_name: str | None) -> None:
+    """The final model, which stops at EOS in generation (as Open-R1 sets it, so that pipeline() stops), its
+    tokenizer, and on the main process a model card and a config with the KV cache on."""
+    tokenizer = trainer.processing_class
+    trainer.model.generation_config.eos_token_id = tokenizer.eos_token_id
+    trainer.save_model(output_dir)
+    if not trainer.accelerator.is_main_process:
+        return
+    try:
+        trainer.create_model_card(dataset_name=dataset_name, tags=["r1kit"])
+    except Exception as e:  # noqa: BLE001 - a model card is never worth a lost run
+        logger.warning("Could not write the model card: %s", e)
+    trainer.model.config.use_cache = True
+    trainer.model.config.save_pretrained(output_dir)
+
+
+def heldout_summary(run: Run, metrics: dict) -> dict | None:
+    """Held-out accuracy before and after, training seconds and steps, when the run tracked accuracy."""
+    if run.heldout is None or not run.heldout.history:
+        return None
+    history = sorted(run.heldout.history, key=lambda r: r["step"])
+    return {
+        "accuracy_before": history[0]["accuracy"],
+        "accuracy_after": history[-1]["accuracy"],
+        "train_seconds": round(metrics.get("train_runtime", 0.0), 1),
+        "steps": run.trainer.state.global_step,
+        "output_dir": str(Path(run.trainer.args.output_dir).resolve()),
+        "accuracy_curve": [(r["step"], r["accuracy"]) for r in history],
+    }
+
+
+def write_json(run: Run, name: str, content: dict) -> None:
+    """`OUTPUT_DIR/<name>` on the main process."""
+    if run.trainer.accelerator.is_main_process:
+        (Path(run.trainer.args.output_dir) / name).write_text(json.dumps(content, indent=2))
+
+
+def resolved_recipe(*args: Any) -> str:
+    """What a dry run prints: the argument objects as parsed (plain values only) and the checkpoint a run would
+    resume from, as YAML."""
+
+    def plain(obj):
+        data = obj.to_dict() if hasattr(obj, "to_dict") else asdict(obj)
+        return {k: v for k, v in data.items() if isinstance(v, (str, int, float, bool, list, dict, type(None)))}
+
+    script_args, training_args, model_args, *more = args  # the order every recipe command parses in
+    resolved = {"script_arguments": plain(script_args), "model_arguments": plain(model_args),
+                "training_arguments": plain(training_args)}
+    if more:
+        resolved["filter_arguments"] = plain(more[0])
+    resolved["resume_from"] = find_resume_checkpoint(training_args.output_dir, training_args.resume)
+    return yaml.safe_dump(resolved, sort_keys=False)
