@@ -68,11 +68,11 @@ class Timers:
 
 
 def install_timers(timers: Timers):
-    """Wraps the phases of the trainer r1kit builds (TRL's GRPOTrainer with r1kit's sampling) and returns a callback
-    that times the optimizer and closes each step."""
+    """Wraps the phases of the trainer r1kit builds (`r1kit.trainer.R1Trainer`) and returns a callback that times
+    the optimizer and closes each step."""
     from transformers import TrainerCallback
 
-    from r1kit.sampling import SamplingGRPOTrainer as trainer_class
+    from r1kit.trainer import R1Trainer as trainer_class
 
     timers.wrap(trainer_class, "_generate_single_turn", "generation")
     timers.wrap(trainer_class, "_calculate_rewards", "rewards")
@@ -106,7 +106,7 @@ def run_variant(recipe: Path, overrides: list[str], steps: int, out: Path, timer
             "--save_strategy", "no", "--log_completions_file", "false", *overrides]
     script_args, training_args, model_args = parse_args(args)
     training_args.callbacks = []  # no held-out evaluations inside the measured steps
-    trainer, _, _ = setup(script_args, training_args, model_args)
+    trainer = setup(script_args, training_args, model_args).trainer
     trainer.add_callback(step_timer)
     timers.steps.clear()
     trainer.train()

@@ -6,7 +6,7 @@
 Two models that need no download: the demo model r1kit ships (0.6 M parameters) and a randomly initialised Llama of
 about 100 M parameters built from a config (it rarely emits EOS, so its completions run to full length: fixed-size
 work). Each (model, runner) pair trains in its own process, one after the other on the same GPU: `r1kit` is
-`r1kit.grpo.main` on a recipe, `trl` is a plain GRPOTrainer script with Open-R1-style rewards (math-verify in a
+`r1kit.grpo.pipeline` on a recipe, `trl` is a plain GRPOTrainer script with Open-R1-style rewards (math-verify in a
 sequential loop, a regex format check), same batch, lengths and settings. Printed per pair: median step time,
 generated tokens/s (completion tokens per step / step time) and peak GPU memory; then r1kit / TRL ratios.
 """
@@ -61,7 +61,7 @@ def run_r1kit(model: str, fields: dict) -> list[dict]:
     import yaml
 
     from r1kit.config.recipe import parse_args
-    from r1kit.grpo import main
+    from r1kit.grpo import pipeline
 
     recipe = {"model_name_or_path": model, "dtype": "bfloat16" if fields["bf16"] else "float32",
               "dataset_name": "r1kit:addition", "dataset_prompt_column": "prompt", "reward_funcs": ["accuracy", "format"],
@@ -69,7 +69,7 @@ def run_r1kit(model: str, fields: dict) -> list[dict]:
     path = Path(fields["output_dir"]) / "recipe.yaml"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(recipe))
-    main(*parse_args(["--config", str(path)]))
+    pipeline(*parse_args(["--config", str(path)]))
     return json.loads((Path(fields["output_dir"]) / "trainer_state.json").read_text())["log_history"]
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from r1kit.config.recipe import parse_args
 from r1kit.config.compat import OPEN_R1_DEFAULTS
+from r1kit.config.recipe import parse_args
 from r1kit.errors import ConfigError, ConfigWarning
 from tests.helpers import write_recipe
 

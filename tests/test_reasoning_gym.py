@@ -272,7 +272,7 @@ def test_an_answer_that_hangs_its_scorer_scores_zero_within_the_time_limit():
 
 def test_without_a_jail_scoring_stops_unless_explicitly_allowed(monkeypatch):
     pytest.importorskip("reasoning_gym")
-    from r1kit.configs import GRPOConfig, GRPOScriptArguments
+    from r1kit.config.schema import GRPOConfig, GRPOScriptArguments
     from r1kit.rewards import gym as gym_reward
     from r1kit.sandbox import jail
 
@@ -300,7 +300,7 @@ def test_heldout_accuracy_grades_reasoning_gym_rows_with_their_scorer(chain_sum,
     from types import SimpleNamespace
 
     from r1kit.callbacks import CALLBACKS
-    from r1kit.evaluation import score_gym_answers
+    from r1kit.judges import score_gym_answers
 
     script_args = SimpleNamespace(dataset_test_split="test", dataset_prompt_column="prompt", reward_timeout=1.0,
                                   reasoning_gym_answer="last_number", allow_unsandboxed_code_execution=False)
@@ -327,7 +327,7 @@ def test_reply_mode_grades_the_whole_reply_as_the_answer(chain_sum):
 
 
 def test_unknown_answer_mode_is_a_config_error():
-    from r1kit.configs import GRPOScriptArguments
+    from r1kit.config.schema import GRPOScriptArguments
 
     with pytest.raises(ConfigError, match="reasoning_gym_answer: 'replies' is not valid; use one of last_number, reply"):
         GRPOScriptArguments(dataset_name="x", reasoning_gym_answer="replies")
@@ -338,7 +338,7 @@ def test_unknown_answer_mode_is_a_config_error():
 # --------------------------------------------------------------------------------------------------------------------
 def test_grpo_trains_on_a_generator_with_its_reward_and_heldout_accuracy(tmp_path, tiny_model_dir):
     pytest.importorskip("reasoning_gym")
-    from r1kit.configs import parse_args
+    from r1kit.config.recipe import parse_args
     from r1kit.grpo import pipeline
     from tests.helpers import tiny_recipe, write_recipe
 

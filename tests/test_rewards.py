@@ -311,7 +311,7 @@ def test_format_prefill_is_detected_from_the_chat_template():
 # The registry: recipe fields -> factory parameters
 # --------------------------------------------------------------------------------------------------------------------
 def test_every_field_table_names_real_recipe_fields_and_factory_parameters():
-    from r1kit.configs import GRPOConfig, GRPOScriptArguments
+    from r1kit.config.schema import GRPOConfig, GRPOScriptArguments
 
     script_fields = {f.name: f for f in fields(GRPOScriptArguments)}
     trainer_fields = {f.name for f in fields(GRPOConfig)}

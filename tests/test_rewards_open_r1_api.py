@@ -90,7 +90,7 @@ def test_code_rewards_run_locally_with_open_r1_arguments():
 
 
 def test_get_reward_funcs_takes_open_r1_script_args():
-    from r1kit.configs import GRPOScriptArguments
+    from r1kit.config.schema import GRPOScriptArguments
 
     funcs = rewards.get_reward_funcs(GRPOScriptArguments(dataset_name="x", reward_funcs=["accuracy", "format", "tag_count"]))
     assert [f.__name__ for f in funcs] == ["accuracy_reward", "format_reward", "tag_count_reward"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from r1kit.configs import GRPOScriptArguments
+from r1kit.config.schema import GRPOScriptArguments
 from r1kit.errors import ConfigError
 from r1kit.rewards import get_reward_funcs
 from r1kit.rewards.code import make_binary_code_reward, make_code_reward

@@ -11,7 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from r1kit.configs import GRPOScriptArguments
+from r1kit.config.schema import GRPOScriptArguments
 from r1kit.rewards import get_reward_funcs
 from r1kit.rewards.code import make_code_reward
 from r1kit.sandbox import COMPILE_ERROR, PASSED, SANDBOX_ERROR, TIME_LIMIT, WRONG_ANSWER, Program, get_provider

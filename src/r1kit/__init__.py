@@ -1,6 +1,6 @@
 """r1kit: train reasoning language models with GRPO from a YAML recipe, on TRL.
 
-Importing `r1kit` is cheap: it imports neither torch nor TRL. Use the modules: `r1kit.configs`, `r1kit.data`,
+Importing `r1kit` is cheap: it imports neither torch nor TRL. Use the modules: `r1kit.config`, `r1kit.data`,
 `r1kit.modeling`, `r1kit.rewards`, `r1kit.grpo`.
 """
 

@@ -23,6 +23,7 @@ from transformers.trainer_callback import ProgressCallback
 
 from r1kit.errors import ConfigError
 from r1kit.heldout import greedy_accuracy
+from r1kit.hub import get_hub_client, revision_name
 from r1kit.judges import score_answers, score_gym_answers
 from r1kit.rewards.verify import DEFAULT_TIMEOUT
 
@@ -147,7 +148,6 @@ class PushToHubRevisionCallback(TrainerCallback):
                  is_main_process: bool = True):
         from concurrent.futures import ThreadPoolExecutor
 
-        from r1kit.hub import get_hub_client
 
         self.client = client or get_hub_client(hub_model_id)
         self.base_revision = base_revision
@@ -161,7 +161,6 @@ class PushToHubRevisionCallback(TrainerCallback):
     def on_save(self, args, state, control, **kwargs):
         if not self.is_main_process:
             return
-        from r1kit.hub import revision_name
 
         step = state.global_step
         folder = self.output_dir / f"checkpoint-{step}"
@@ -290,8 +289,6 @@ def _evaluate_benchmarks(script_args, training_args, dataset, tokenizer, is_main
 def check_hub_revision(training_args, client=None) -> None:
     """Before training: refuse to overwrite published revisions unless `overwrite_hub_revision` (Open-R1 defines
     this check but never calls it)."""
-    from r1kit.hub import get_hub_client
-
     if not training_args.push_to_hub_revision or training_args.overwrite_hub_revision:
         return
     if not training_args.hub_model_id:

@@ -10,6 +10,7 @@ import difflib
 import importlib
 import sys
 
+from r1kit import __version__
 from r1kit.console import ArgumentParser, error, one_line_errors, parse_command
 
 COMMANDS = {  # name: (module, one line for the usage)
@@ -36,8 +37,6 @@ def main(argv: list[str] | None = None) -> int:
         print(USAGE)
         return 0
     if argv[0] in ("-V", "--version"):
-        from r1kit import __version__
-
         print(f"r1kit {__version__}")
         return 0
     if argv[0] not in COMMANDS:

@@ -14,7 +14,8 @@ from r1kit.config.schema import DatasetMixtureConfig
 from r1kit.errors import ConfigError, one_line
 from r1kit.gym_data import GYM_PREFIX, is_gym_source, load_gym_source
 from r1kit.hub import hub_problem, looks_local, relative_to_cwd
-from r1kit.tasks import BUILTIN_PREFIX, TASKS
+from r1kit.rewards import required_columns
+from r1kit.tasks import BUILTIN_PREFIX, TASKS, load_task
 
 logger = logging.getLogger(__name__)
 
@@ -126,8 +127,6 @@ def load_source(
         return _select_split(loaded, split, name, field) if split else loaded
     check_source(name, field, hub=False)  # the Hub itself answers below
     if name.startswith(BUILTIN_PREFIX):
-        from r1kit.tasks import load_task
-
         loaded = load_task(name[len(BUILTIN_PREFIX) :], **(options or {}))
         return _select_split(loaded, split, name, field) if split else loaded
     if options:
@@ -289,8 +288,6 @@ def to_conversations(dataset_dict, prompt_column: str, system_prompt: str | None
 
 def check_reward_columns(reward_names: list[str], columns: list[str], split: str = "train") -> None:
     """Fails before any model loads when a selected reward needs a column the dataset lacks."""
-    from r1kit.rewards import required_columns
-
     for reward, needed in required_columns(reward_names).items():
         missing = [c for c in needed if c not in columns]
         if missing:

@@ -20,7 +20,6 @@ from r1kit.console import run_module
 from r1kit.errors import ConfigError
 from r1kit.generation import sample_n
 from r1kit.heldout import chat_prompts
-from r1kit.judges import score_gym_answers  # noqa: F401 - transitional: tests/test_reasoning_gym.py imports it here
 
 logger = logging.getLogger(__name__)
 

@@ -12,6 +12,8 @@ import math
 import sys
 from pathlib import Path
 
+from r1kit.console import add_pass_through_command
+
 
 def load_history(output_dir: Path) -> list[dict]:
     """TRL's per-step log entries, from the run's trainer_state.json or its newest checkpoint's."""
@@ -142,8 +144,6 @@ def report(output_dir: str | Path) -> tuple[Path, str]:
 
 def add_parser(subparsers):
     """Adds `report` (a run's curves to a PNG, and a table) to the `r1kit` command."""
-    from r1kit.console import add_pass_through_command
-
     return add_pass_through_command(subparsers, "report", "draw a run's curves: r1kit report OUTPUT_DIR", run)
 
 
