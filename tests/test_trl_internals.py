@@ -1,0 +1,58 @@
+"""The private parts of TRL that r1kit relies on, pinned in one place: a TRL upgrade that moves one fails here, by
+name, instead of deep inside a training run. `r1kit.trainer` is the only module that uses them (and
+`r1kit.config.schema.trl_choices` reads TRL's documented choices)."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+from trl import GRPOTrainer
+
+from r1kit.config.schema import trl_choices
+
+# method -> the parameters r1kit's overrides receive and pass on (r1kit.trainer.R1Trainer)
+OVERRIDDEN = {
+    "_calculate_rewards": ["inputs", "prompts", "completions", "completion_ids_list"],
+    "_generate_and_score_completions": ["inputs"],
+    "_save_checkpoint": ["model", "trial"],
+    "_load_optimizer_and_scheduler": ["checkpoint"],
+}
+CALLED = {
+    "_get_output_dir": ["trial"],
+    "_get_per_token_logps_and_entropies": ["model", "input_ids", "attention_mask", "logits_to_keep", "batch_size"],
+    "_compute_loss": ["model", "inputs"],  # the tests' loss spies wrap it
+}
+# attributes the trainer reads after TRL's __init__ set them
+ATTRIBUTES = ("_metrics", "_step", "_tokenizer", "num_generations", "num_iterations", "reward_weights",
+              "pad_to_multiple_of", "ref_model", "reward_func_names")
+
+
+@pytest.mark.parametrize("method, parameters", [*OVERRIDDEN.items(), *CALLED.items()])
+def test_trl_private_methods_r1kit_uses_keep_their_parameters(method, parameters):
+    assert hasattr(GRPOTrainer, method), f"TRL's GRPOTrainer no longer has {method}"
+    names = list(inspect.signature(getattr(GRPOTrainer, method)).parameters)[1:]
+    assert names[: len(parameters)] == parameters
+
+
+def test_trl_attributes_r1kit_reads_exist_after_construction(tiny_model_dir, tmp_path):
+    from datasets import Dataset
+
+    from r1kit.config.schema import GRPOConfig
+    from r1kit.trainer import R1Trainer
+
+    args = GRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=4, num_generations=2, max_steps=1,
+                      report_to="none", max_completion_length=4)
+    trainer = R1Trainer(model=str(tiny_model_dir), reward_funcs=[lambda completions, **kw: [0.0] * len(completions)],
+                        args=args, train_dataset=Dataset.from_list([{"prompt": "1+1="}] * 4))
+    missing = [name for name in ATTRIBUTES if not hasattr(trainer, name)]
+    assert missing == []
+    assert "train" in trainer._metrics and isinstance(trainer._step, int)
+
+
+def test_trl_documents_the_choices_r1kit_checks_early():
+    assert set(trl_choices("loss_type")) >= {"grpo", "dapo", "dr_grpo", "bnpo"}
+    assert set(trl_choices("scale_rewards")) == {"group", "batch", "none"}
+    assert set(trl_choices("vllm_mode")) == {"server", "colocate"}
+    assert set(trl_choices("importance_sampling_level")) == {"token", "sequence"}
+    assert set(trl_choices("multi_objective_aggregation")) == {"sum_then_normalize", "normalize_then_sum"}
