@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import re
+from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
 import yaml
+
+from r1kit.errors import ConfigError
 
 
 def write_recipe(folder: Path, **keys) -> Path:
@@ -37,3 +42,15 @@ def tiny_recipe(model_dir: Path, data: Path, output_dir: Path, **overrides) -> d
     }
     recipe.update(overrides)
     return recipe
+
+
+@contextmanager
+def raises_naming(*words: str):
+    """Expects a one-line `ConfigError` that names each of `words` (the fields, flags or values it is about), whatever
+    the sentence around them: a test pins what the error is about, not its wording."""
+    with pytest.raises(ConfigError) as error:
+        yield error
+    message = str(error.value)
+    assert "\n" not in message, f"not one line: {message!r}"
+    for word in words:
+        assert re.search(rf"(?<![\w-]){re.escape(word)}(?![\w-])", message), f"{word!r} not named in: {message}"

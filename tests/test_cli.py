@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from r1kit.cli import main
 from r1kit.rewards import REWARD_FUNCS_REGISTRY
 from tests.helpers import tiny_recipe, write_recipe
@@ -65,6 +67,7 @@ def test_dry_run_world_size_option(tmp_path, math_jsonl, capsys, monkeypatch):
     assert "WORLD_SIZE" not in os.environ  # the checked world size is an argument, not state left behind
 
 
+@pytest.mark.slow
 def test_module_entry_points_show_help():
     for module in ("r1kit", "r1kit.grpo"):
         result = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True, text=True, check=True)

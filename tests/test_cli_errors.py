@@ -142,6 +142,7 @@ GRPO_CASES = [
 @pytest.mark.parametrize("dry", [True, False], ids=["dry-run", "run"])
 @pytest.mark.parametrize(("case", "keys", "flags", "field"),
                          [pytest.param(*c, id=c[0]) if type(c) is tuple else c for c in GRPO_CASES])
+@pytest.mark.slow
 def test_grpo_bad_input_is_one_line_naming_the_field(inputs, tiny_model_dir, capsys, monkeypatch,
                                                      case, keys, flags, field, dry):
     def must_not_load(*args, **kwargs):
@@ -174,6 +175,7 @@ def test_errors_on_paths_come_before_the_dataset_loads(inputs, tiny_model_dir, c
     assert "model_name_or_path: ./no-model does not exist" in one_error_line(capsys.readouterr().err)
 
 
+@pytest.mark.slow
 def test_unreachable_hub_says_so_in_one_line(inputs, tiny_model_dir):
     """Online mode, but the Hub does not answer (a closed local port stands in for a machine without network)."""
     recipe = tiny_recipe(tiny_model_dir, "some-org/some-dataset", "out")
@@ -193,6 +195,7 @@ def test_offline_hub_id_names_the_variable(inputs, tiny_model_dir, capsys):
     assert "dataset_name" in line and "HF_HUB_OFFLINE=1" in line and "not in the local cache" in line
 
 
+@pytest.mark.slow
 def test_a_real_process_exits_2_with_one_line(inputs, tiny_model_dir):
     """Through the installed entry point (`python -m r1kit`), as the issue found it: a missing model used to load
     the dataset, then end in a Hub traceback."""
@@ -277,6 +280,7 @@ def test_unknown_command_is_one_line_with_a_suggestion(capsys):
     assert "unknown command 'grpq'" in line and "did you mean 'grpo'" in line
 
 
+@pytest.mark.slow
 def test_start_is_quiet_and_says_what_matters(tmp_path, tiny_model_dir, math_jsonl, capsys):
     """No warning r1kit causes (gradient_checkpointing deprecated, pin_memory without an accelerator), no progress
     bars for small local data and a small model, and one start-up block with what the run does."""

@@ -48,6 +48,7 @@ def score(reward, code: str, rows: list[dict], **columns) -> list:
     return reward([fence(code)] * len(rows), **{k: [r.get(k) for r in rows] for k in keys}, **columns)
 
 
+@pytest.mark.slow
 def test_ioi_subtasks_with_tests_from_a_local_folder_and_file(ioi_tests_file):
     logged = {}
     for source in (ioi_tests_file.parent, ioi_tests_file):  # a folder of per-year files, or one file
@@ -76,6 +77,7 @@ int main(int argc, char** argv){
 """
 
 
+@pytest.mark.slow
 def test_ioi_checker_scores_are_partial_and_rounded(ioi_tests_file):
     rows = [dict(SUBTASKS[0], grader_files=[*GRADERS, ["checker/checker.cpp", CHECKER]])]
     off_by_one = "long long sum_two(long long a, long long b) { return a + b + 1; }"
@@ -125,6 +127,7 @@ def test_cf_generated_tests_are_added_to_the_official_ones(cf_folder, monkeypatc
     assert cf_score(cf_reward(scoring_mode="partial"), doubles_small, cf_row()) == pytest.approx(2 / 3)
 
 
+@pytest.mark.slow
 def test_cf_file_input_mode(cf_folder):
     reads_file = "n = int(open('input.txt').read())\nopen('output.txt', 'w').write(str(2 * n) + '\\n')"
     reward = cf_reward(scoring_mode="weighted_sum", tests_folder=str(cf_folder))
@@ -135,6 +138,7 @@ def test_cf_file_input_mode(cf_folder):
     assert cf_score(reward, cpp, cf_row(input_mode="file", language="cpp"), "cpp") == pytest.approx(1.1)
 
 
+@pytest.mark.slow
 def test_cf_patch_code_fixes_moved_imports():
     old_python = "from fractions import gcd\nn = int(input())\nprint(gcd(n, 6) * 2)"
     assert cf_score(cf_reward(), old_python, cf_row()) == 0.0

@@ -11,6 +11,7 @@ from r1kit.config.schema import GRPOScriptArguments
 from r1kit.data import check_reward_columns, get_dataset, load_source, make_conversation, to_conversations
 from r1kit.errors import ConfigError
 from r1kit.tasks import addition_problems
+from tests.helpers import raises_naming
 
 ROWS = [{"problem": f"p{i}", "solution": str(i), "extra": i % 3} for i in range(40)]
 
@@ -126,7 +127,7 @@ def test_to_conversations_keeps_other_columns_and_drops_messages():
     ds = DatasetDict({"train": Dataset.from_list([{"problem": "q", "solution": "1", "messages": [{"role": "user", "content": "x"}]}])})
     out = to_conversations(ds, "problem", None)["train"]
     assert set(out.column_names) == {"problem", "solution", "prompt"}
-    with pytest.raises(ConfigError, match="dataset_prompt_column 'question' not found.*problem"):
+    with raises_naming("dataset_prompt_column", "question", "problem"):
         to_conversations(ds, "question", None)
 
 
@@ -136,5 +137,5 @@ def test_reward_column_check_names_reward_column_and_columns_present():
         check_reward_columns(["format", "accuracy"], ["problem", "answer"])
     message = str(err.value)
     assert "reward 'accuracy'" in message and "['solution']" in message and "['answer', 'problem']" in message
-    with pytest.raises(ConfigError, match="reward 'code' needs column.*verification_info"):
+    with raises_naming("code", "verification_info"):
         check_reward_columns(["code"], ["problem"])

@@ -188,6 +188,7 @@ def files(tmp_path) -> dict[str, Path]:
     return {"bench": bench, "train": train, "out": tmp_path / "clean"}
 
 
+@pytest.mark.slow
 def test_python_m_writes_the_output_folder(files):
     result = subprocess.run(
         [sys.executable, "-m", "r1kit.decontaminate", "--dataset", str(files["train"]), "--benchmarks",

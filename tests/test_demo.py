@@ -29,6 +29,7 @@ def test_shipped_checkpoint_is_small_and_loads_offline():
     assert tokenizer.decode(tokenizer("12+34=")["input_ids"]) == "12+34="
 
 
+@pytest.mark.slow
 def test_shipped_checkpoint_scores_what_its_cold_start_reported(demo_heldout):
     reported = json.loads((DEMO_MODEL / "sft_summary.json").read_text())["heldout_accuracy"]
     accuracy = demo_heldout["metrics"]["pass@1"]
@@ -37,6 +38,7 @@ def test_shipped_checkpoint_scores_what_its_cold_start_reported(demo_heldout):
     assert demo_heldout["samples"][0]["completions"][0].startswith("<think>")
 
 
+@pytest.mark.slow
 def test_shortened_demo_runs_end_to_end_and_reports(tmp_path, capsys):
     out = tmp_path / "demo"
     args = ["grpo", "--output_dir", str(out), "--max_steps", "4", "--heldout_eval_steps", "2", "--heldout_size", "24",
@@ -66,6 +68,7 @@ def test_report_of_a_folder_without_a_run_is_a_clear_error(tmp_path, capsys):
     assert "no trainer_state.json" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_cold_start_sft_builds_from_scratch_stops_at_target_and_publishes(tmp_path):
     published = tmp_path / "published"
     args = ["sft", "--model_name_or_path", "r1kit:scratch", "--characters", "0123456789+=,", "--hidden_size", "32",

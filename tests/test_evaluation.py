@@ -19,12 +19,14 @@ def humaneval():
     return load("humaneval")[1]
 
 
+@pytest.mark.slow
 def test_canonical_humaneval_solutions_pass_164_of_164(humaneval):
     assert len(humaneval) == 164
     scores = score_code(humaneval, [[item["answer"]] for item in humaneval])
     assert sum(s[0] for s in scores) == 164
 
 
+@pytest.mark.slow
 def test_broken_humaneval_solutions_fail(humaneval):
     def broken(solution: str) -> str:  # the same body, answering None
         return "    return None\n" + solution

@@ -32,6 +32,7 @@ def log_by_step(output_dir: Path) -> dict[int, dict]:
     return {entry["step"]: entry for entry in state["log_history"] if "loss" in entry}
 
 
+@pytest.mark.slow
 def test_three_steps_train_every_parameter_and_write_outputs(tmp_path, tiny_model_dir, math_jsonl):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -63,6 +64,7 @@ def test_three_steps_train_every_parameter_and_write_outputs(tmp_path, tiny_mode
     assert json.loads((out / "r1kit_run.json").read_text())["world_size"] == 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("order", ["async last", "async first"])
 def test_completions_file_holds_every_reward_of_every_completion(tmp_path, tiny_model_dir, math_jsonl, order):
     rewards = ["accuracy", "tests.rewards_for_tests:length_variety"]
@@ -82,6 +84,7 @@ def test_completions_file_holds_every_reward_of_every_completion(tmp_path, tiny_
         assert row["prompt"].startswith("What is") and row["mode"] == "train"
 
 
+@pytest.mark.slow
 def test_resume_auto_reproduces_the_uninterrupted_run(tmp_path, tiny_model_dir, math_jsonl):
     full, resumed = tmp_path / "full", tmp_path / "resumed"
     run_recipe(tmp_path, tiny_recipe(tiny_model_dir, math_jsonl, full, max_steps=4))
@@ -103,6 +106,7 @@ def test_resume_auto_reproduces_the_uninterrupted_run(tmp_path, tiny_model_dir, 
     assert json.loads((resumed / "r1kit_run.json").read_text())["resumed_from"].endswith("checkpoint-2")
 
 
+@pytest.mark.slow
 def test_rerun_tells_the_user_it_resumes_and_how_to_start_fresh(tmp_path, tiny_model_dir, math_jsonl):
     out = tmp_path / "out"
     run_recipe(tmp_path, tiny_recipe(tiny_model_dir, math_jsonl, out, max_steps=2, save_steps=2))  # the first run
@@ -117,6 +121,7 @@ def test_rerun_tells_the_user_it_resumes_and_how_to_start_fresh(tmp_path, tiny_m
     assert json.loads((out / "trainer_state.json").read_text())["global_step"] == 3
 
 
+@pytest.mark.slow
 def test_resume_never_starts_fresh(tmp_path, tiny_model_dir, math_jsonl):
     out = tmp_path / "out"
     run_recipe(tmp_path, tiny_recipe(tiny_model_dir, math_jsonl, out, max_steps=2))
@@ -177,6 +182,7 @@ def test_run_killed_right_after_a_save_resumes_and_completes(tmp_path, tiny_mode
     assert (out / "model.safetensors").is_file()
 
 
+@pytest.mark.slow
 def test_lora_run_saves_an_adapter(tmp_path, tiny_model_dir, math_jsonl):
     out = tmp_path / "out"
     run_recipe(

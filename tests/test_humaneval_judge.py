@@ -37,6 +37,7 @@ def test_every_canonical_solution_passes_and_broken_ones_fail(items):
     assert sum(s for (s,) in broken) == 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("hack", sorted(HACKS))
 def test_reward_hacks_score_zero(items, hack):
     sample = items[:12]

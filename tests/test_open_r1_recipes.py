@@ -79,6 +79,7 @@ RECIPES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(RECIPES))
 def test_open_r1_recipe_dry_runs_clean(name, tmp_path, tiny_model_dir, capsys, monkeypatch):
     world_size, rows, keys = RECIPES[name]

@@ -37,6 +37,7 @@ def reward():
 # --------------------------------------------------------------------------------------------------------------------
 # Without the extra
 # --------------------------------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_r1kit_imports_and_lists_rewards_without_reasoning_gym():
     code = ("import sys; sys.modules['reasoning_gym'] = None; import r1kit, r1kit.data, r1kit.callbacks, "
             "r1kit.evaluation, r1kit.rewards.gym; from r1kit.rewards import REWARD_FUNCS_REGISTRY; "
@@ -60,6 +61,7 @@ def test_reward_skips_rows_when_reasoning_gym_is_missing(monkeypatch):
 # --------------------------------------------------------------------------------------------------------------------
 # The data source
 # --------------------------------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_generator_rows_have_prompt_answer_solution_and_scorer_record(chain_sum):
     assert set(chain_sum) == {"train", "test"}
     assert (len(chain_sum["train"]), len(chain_sum["test"])) == (120, 30)
@@ -124,6 +126,7 @@ def test_bad_generator_or_options_are_one_line_errors(name, options, message):
 # --------------------------------------------------------------------------------------------------------------------
 # The reward
 # --------------------------------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_reward_grades_with_the_generators_scorer(chain_sum):
     rows = chain_sum["test"].select(range(4))
     answers = list(rows["answer"])
@@ -132,6 +135,7 @@ def test_reward_grades_with_the_generators_scorer(chain_sum):
     assert reward()(completions, reasoning_gym=list(rows["reasoning_gym"])) == [1.0, 1.0, 0.0, 0.0]
 
 
+@pytest.mark.slow
 def test_answer_tag_wins_over_later_numbers(chain_sum):
     row = chain_sum["test"][0]
     assert reward()([f"<answer>{row['answer']}</answer> and 12345"], reasoning_gym=[row["reasoning_gym"]]) == [1.0]
@@ -141,6 +145,7 @@ HOSTILE = ["", None, "x" * 1_000_000, "9" * 100_000, "<answer>" * 1000, "\x00\ud
            [{"content": None}], "<answer>" + "(" * 10_000 + "</answer>"]
 
 
+@pytest.mark.slow
 def test_hostile_completions_score_zero_and_never_raise(chain_sum):
     rows = [chain_sum["test"][0]["reasoning_gym"]] * len(HOSTILE)
     assert reward()(HOSTILE, reasoning_gym=rows) == [0.0] * len(HOSTILE)
@@ -148,6 +153,7 @@ def test_hostile_completions_score_zero_and_never_raise(chain_sum):
 
 @pytest.mark.parametrize("bad", [None, "", "{not json", "[]", json.dumps({"generator": "chain_sum"}),
                                  json.dumps({"generator": "no_such_generator", "options": {}, "entry": {"answer": "1"}})])
+@pytest.mark.slow
 def test_rows_that_cannot_be_judged_score_none(bad):
     pytest.importorskip("reasoning_gym")
     assert reward()(["1"], reasoning_gym=[bad]) == [None]
@@ -179,6 +185,7 @@ def code_answers(marker: str) -> list[str]:
     ]
 
 
+@pytest.mark.slow
 def test_answers_that_run_code_never_reach_the_host_or_other_answers(tmp_path):
     pytest.importorskip("reasoning_gym")
     from r1kit.rewards.gym import score_completions
@@ -190,6 +197,7 @@ def test_answers_that_run_code_never_reach_the_host_or_other_answers(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_the_jail_contains_answers_that_get_past_the_guard(tmp_path, monkeypatch):
     """With the eval check switched off (as if an answer found a way past it), the jail and the per-answer processes
     still keep every answer away from the host, from the scorer process and from the other answers' verdicts."""
@@ -247,6 +255,7 @@ def test_when_the_scorer_stops_mid_batch_only_the_answer_in_flight_scores_zero(m
     assert gym_reward.score_completions(["3"], [record("3")]) == [None]
 
 
+@pytest.mark.slow
 def test_countdown_and_puzzle24_answers_must_be_arithmetic():
     """Their scorers accept any sympy expression of the right value: `sign(...)` would turn a wrong answer right."""
     pytest.importorskip("reasoning_gym")
@@ -258,6 +267,7 @@ def test_countdown_and_puzzle24_answers_must_be_arithmetic():
     assert scores[1] == 1.0 and scores[0] < 0.05 and scores[2] < 1.0
 
 
+@pytest.mark.slow
 def test_an_answer_that_hangs_its_scorer_scores_zero_within_the_time_limit():
     pytest.importorskip("reasoning_gym")
     from r1kit.rewards.gym import score_completions
@@ -270,6 +280,7 @@ def test_an_answer_that_hangs_its_scorer_scores_zero_within_the_time_limit():
     assert time.monotonic() - start < 60  # one time limit, plus the jail's start, on a loaded machine
 
 
+@pytest.mark.slow
 def test_without_a_jail_scoring_stops_unless_explicitly_allowed(monkeypatch):
     pytest.importorskip("reasoning_gym")
     from r1kit.config.schema import GRPOConfig, GRPOScriptArguments
@@ -286,6 +297,7 @@ def test_without_a_jail_scoring_stops_unless_explicitly_allowed(monkeypatch):
     gym_reward.check_gym_scoring(script_args, GRPOConfig(output_dir="unused", use_cpu=True))
 
 
+@pytest.mark.slow
 def test_text_answers_are_read_from_the_last_line():
     pytest.importorskip("reasoning_gym")
     rec = record("olleh", generator="spell_backward")
@@ -296,6 +308,7 @@ def test_text_answers_are_read_from_the_last_line():
 # --------------------------------------------------------------------------------------------------------------------
 # Held-out accuracy
 # --------------------------------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_heldout_accuracy_grades_reasoning_gym_rows_with_their_scorer(chain_sum, tmp_path):
     from types import SimpleNamespace
 
@@ -314,6 +327,7 @@ def test_heldout_accuracy_grades_reasoning_gym_rows_with_their_scorer(chain_sum,
                              callback.golds[:1] * 3) == [1.0, 0.0, 0.0]
 
 
+@pytest.mark.slow
 def test_reply_mode_grades_the_whole_reply_as_the_answer(chain_sum):
     from r1kit.rewards.gym import make_reasoning_gym_reward
 
@@ -336,6 +350,7 @@ def test_unknown_answer_mode_is_a_config_error():
 # --------------------------------------------------------------------------------------------------------------------
 # End to end
 # --------------------------------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_grpo_trains_on_a_generator_with_its_reward_and_heldout_accuracy(tmp_path, tiny_model_dir):
     pytest.importorskip("reasoning_gym")
     from r1kit.config.recipe import parse_args

@@ -48,6 +48,7 @@ def assert_well_formed(rewards, n):
     assert all(r is None or (isinstance(r, float) and math.isfinite(r)) for r in rewards), rewards
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(hostile_text, min_size=1, max_size=6), st.booleans())
 def test_text_rewards_are_total(texts, conversational):

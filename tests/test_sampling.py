@@ -16,10 +16,9 @@ import torch
 
 from r1kit.config.recipe import parse_args
 from r1kit.curriculum import CurriculumRules, PromptPicker, join_pieces, prompt_key
-from r1kit.errors import ConfigError
 from r1kit.grpo import setup
 from r1kit.run import train
-from tests.helpers import tiny_recipe, write_recipe
+from tests.helpers import raises_naming, tiny_recipe, write_recipe
 
 REPO = Path(__file__).resolve().parents[1]
 FLAT_REWARD = "tests.rewards_for_tests:flat_or_length"
@@ -158,6 +157,7 @@ def test_prompt_key_follows_the_prompt_only():
 
 
 # --- training -----------------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_dropped_groups_never_reach_the_loss(tmp_path, tiny_model_dir, flat_jsonl):
     out = tmp_path / "out"
     seen, _ = train_with_loss_spy(tmp_path, flat_recipe(tiny_model_dir, flat_jsonl, out))
@@ -177,6 +177,7 @@ def test_dropped_groups_never_reach_the_loss(tmp_path, tiny_model_dir, flat_json
     assert steps == [1, 2, 3] and all(0 <= share <= 1 for share in shares) and max(shares) > 0
 
 
+@pytest.mark.slow
 def test_when_the_budget_runs_out_the_empty_places_are_masked_and_the_log_says_so(tmp_path, tiny_model_dir,
                                                                                    flat_jsonl, caplog):
     out = tmp_path / "out"
@@ -191,6 +192,7 @@ def test_when_the_budget_runs_out_the_empty_places_are_masked_and_the_log_says_s
     assert max(e["frac_reward_zero_std"] for e in entries) > 0
 
 
+@pytest.mark.slow
 def test_joined_batch_log_probabilities_match_the_policy_with_the_new_padding(tmp_path, tiny_gpt2_dir, flat_jsonl):
     # num_iterations 2: TRL keeps the generation-time log-probabilities; on the first pass they equal the policy's.
     out = tmp_path / "out"
@@ -217,6 +219,7 @@ def test_joined_batch_log_probabilities_match_the_policy_with_the_new_padding(tm
     assert gaps and max(gaps) < 1e-4
 
 
+@pytest.mark.slow
 def test_curriculum_skips_prompts_solved_last_time(tmp_path, tiny_model_dir, flat_jsonl):
     out = tmp_path / "out"
     recipe = flat_recipe(tiny_model_dir, flat_jsonl, out, dynamic_sampling=False, curriculum_reward=FLAT_REWARD,
@@ -232,6 +235,7 @@ def test_curriculum_skips_prompts_solved_last_time(tmp_path, tiny_model_dir, fla
     assert any(e.get("sampling/curriculum_replaced", 0) > 0 for e in logs(out))
 
 
+@pytest.mark.slow
 def test_resumed_run_with_the_curriculum_repeats_the_uninterrupted_one(tmp_path, tiny_model_dir, flat_jsonl):
     full, resumed = tmp_path / "full", tmp_path / "resumed"
     keys = dict(curriculum_reward=FLAT_REWARD, curriculum_skip_solved=1, curriculum_explore=0.25,
@@ -258,7 +262,7 @@ def test_curriculum_reward_must_be_one_of_the_rewards(tmp_path, tiny_model_dir, 
     from r1kit.grpo import dry_run
 
     recipe = flat_recipe(tiny_model_dir, flat_jsonl, tmp_path / "out", curriculum_skip_solved=1)  # reward: accuracy
-    with pytest.raises(ConfigError, match="curriculum_reward 'accuracy' is not in reward_funcs"):
+    with raises_naming("curriculum_reward", "accuracy", "reward_funcs"):
         dry_run(*parse_args(["--config", str(write_recipe(tmp_path, **recipe))]))
 
 
@@ -267,10 +271,11 @@ def test_batch_level_advantages_are_refused_with_dynamic_sampling(tmp_path, tiny
     from r1kit.grpo import dry_run
 
     recipe = flat_recipe(tiny_model_dir, flat_jsonl, tmp_path / "out", **{key: value})
-    with pytest.raises(ConfigError, match=f"dynamic_sampling needs per-group advantages: {key}"):
+    with raises_naming("dynamic_sampling", key):
         dry_run(*parse_args(["--config", str(write_recipe(tmp_path, **recipe))]))
 
 
+@pytest.mark.slow
 def test_a_checkpoint_inside_a_generation_block_keeps_the_state_from_before_it(tmp_path, tiny_model_dir, flat_jsonl):
     # num_iterations 2: step 1 generates for steps 1 and 2, and a run resumed at step 1 generates that block again.
     out = tmp_path / "out"
@@ -287,7 +292,7 @@ def test_groups_split_across_processes_are_refused_before_loading(tmp_path, tiny
 
     recipe = flat_recipe(tiny_model_dir, flat_jsonl, tmp_path / "out", per_device_train_batch_size=2,
                          num_generations=4)
-    with pytest.raises(ConfigError, match="whole prompt groups on each process"):
+    with raises_naming("per_device_train_batch_size", "num_generations"):
         dry_run(*parse_args(["--config", str(write_recipe(tmp_path, **recipe))], world_size=2))
 
 

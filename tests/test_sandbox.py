@@ -98,6 +98,7 @@ def test_there_are_twenty_plus_problems():
     assert len(PROBLEMS) >= 20
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["code", "binary_code"])
 def test_problems_score_as_expected(name):
     cases = list(cases_for(set(EXPECTED)))
@@ -169,6 +170,7 @@ def cf_row(checker=None, **kw):
         ("print(1/0)", "weighted_sum", CHECKER, 0.0),
     ],
 )
+@pytest.mark.slow
 def test_cf_code_scoring_and_checkers(code, mode, checker, expected):
     func = reward("cf_code", scoring_mode=mode, test_batch_size=-1)
     assert func([completion(code, "python")], **{k: [v] for k, v in cf_row(checker).items()}) == [expected]
@@ -181,6 +183,7 @@ def test_cf_code_no_code_compile_error_and_no_tests():
     assert func(texts, **{k: [r[k] for r in rows] for k in rows[0]}) == [-1.0, -0.1, None]
 
 
+@pytest.mark.slow
 def test_ioi_subtask_is_the_minimum_over_its_tests():
     func = reward("ioi_code", test_batch_size=1)
     ok = "#include <iostream>\nint main(){long a;std::cin>>a;std::cout<<a*2<<std::endl;}"

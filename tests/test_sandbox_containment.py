@@ -159,6 +159,7 @@ def test_incbin_of_host_files_does_not_compile(host):
         assert binary_code(code, "cpp", "ok\n") == 0.0
 
 
+@pytest.mark.slow
 def test_including_dev_zero_stops_the_compiler(host):
     start = time.monotonic()
     assert binary_code('#include "/dev/zero"\nint main(){}', "cpp", "ok\n") == 0.0
@@ -298,6 +299,7 @@ def test_memory_bomb_is_contained(host):
     assert result.status == MEMORY_LIMIT
 
 
+@pytest.mark.slow
 def test_fork_bomb_is_contained(host):
     code = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass"
     start = time.monotonic()
@@ -305,6 +307,7 @@ def test_fork_bomb_is_contained(host):
     assert all(r.status in (TIME_LIMIT, RUNTIME_ERROR) for r in results) and time.monotonic() - start < 60
 
 
+@pytest.mark.slow
 def test_infinite_loop_and_huge_output(host):
     (loop,) = run("while True:\n    pass", time_limit=1.0)
     code = "import sys\nchunk = 'x' * 1_000_000\nfor _ in range(1000):\n    sys.stdout.write(chunk)"
@@ -316,6 +319,7 @@ def test_infinite_loop_and_huge_output(host):
 # --------------------------------------------------------------------------------------------------------------------
 # 6. No network: IP, abstract and pathname unix sockets
 # --------------------------------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_no_network_of_any_kind(host, tmp_path):
     tcp = socket.socket()
     tcp.bind(("127.0.0.1", 0))
@@ -429,6 +433,7 @@ def public_dir():
     shutil.rmtree(folder, ignore_errors=True)
 
 
+@pytest.mark.slow
 def test_containment_as_an_ordinary_user(public_dir):
     if os.geteuid() != 0 or not os.path.exists("/usr/bin/python3"):
         pytest.skip("needs root (to switch to an ordinary user) and a system python3 that user can run")
@@ -453,6 +458,7 @@ def test_containment_as_an_ordinary_user(public_dir):
     assert int(visible) <= 4 and umount_tmp == umount_proc == userns == "-1" and sees_cwd == "False"
 
 
+@pytest.mark.slow
 def test_many_processes_share_one_memory_cap(host):
     from r1kit.sandbox.jail import cgroup_parents
 
@@ -477,6 +483,7 @@ def test_many_processes_share_one_memory_cap(host):
     assert int(result.stdout) <= 2, result  # 6 x 150 MB fit the per-process limit, not the jail's 320 MB cap
 
 
+@pytest.mark.slow
 def test_cpp_tests_run_under_the_programs_memory_cap_not_the_compilers(host):
     """The jail's cgroup allows the compiler more memory; once it has compiled, the tests get the program's cap:
     memory held outside the address-space limit (detached SysV segments) cannot pass."""

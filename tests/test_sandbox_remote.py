@@ -81,6 +81,7 @@ def piston_execute(path, body, n):
     return 200, {"language": "python", "version": "3.12", "run": {"stdout": stdout, "stderr": stderr, "code": rc, "signal": None}}
 
 
+@pytest.mark.slow
 def test_piston_runs_tests_and_maps_statuses(server):
     fake = server(piston_execute)
     provider = get_provider("piston", endpoints=fake.url + "/api/v2")
@@ -92,6 +93,7 @@ def test_piston_runs_tests_and_maps_statuses(server):
     assert fake.requests[0][1]["run_timeout"] == 5000
 
 
+@pytest.mark.slow
 def test_piston_retries_5xx_then_succeeds(server):
     fake = server(lambda path, body, n: (503, {"message": "busy"}) if n <= 2 else piston_execute(path, body, n))
     provider = get_provider("piston", endpoints=[fake.url + "/api/v2"], num_parallel=1)
@@ -99,6 +101,7 @@ def test_piston_retries_5xx_then_succeeds(server):
     assert results[0][0].status == PASSED and len(fake.requests) == 3
 
 
+@pytest.mark.slow
 def test_piston_down_scores_none_through_the_reward(server, monkeypatch):
     fake = server(lambda path, body, n: (500, {"message": "internal error"}))
     monkeypatch.setenv("PISTON_ENDPOINTS", fake.url + "/api/v2")
@@ -111,6 +114,7 @@ def test_piston_down_scores_none_through_the_reward(server, monkeypatch):
     assert len(fake.requests) == 4  # 1 + 3 retries
 
 
+@pytest.mark.slow
 def test_client_errors_are_not_retried(server):
     fake = server(lambda path, body, n: (400, {"message": "python-9 runtime is unknown"}))
     with pytest.raises(RemoteError, match="HTTP 400"):
@@ -118,6 +122,7 @@ def test_client_errors_are_not_retried(server):
     assert len(fake.requests) == 1
 
 
+@pytest.mark.slow
 def test_http_timeouts_bound_every_request():
     import socket
     import time
@@ -156,6 +161,7 @@ def router(kind):
     return handle
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["e2b", "morph"])
 def test_router_url_from_the_config_reaches_the_provider(server, kind):
     fake = server(router(kind))
@@ -169,6 +175,7 @@ def test_router_url_from_the_config_reaches_the_provider(server, kind):
     assert len(fake.requests) == 2
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["e2b", "morph"])
 def test_router_failure_is_a_sandbox_error(server, kind, monkeypatch):
     monkeypatch.setattr("r1kit.sandbox.remote.time.sleep", lambda s: None)
@@ -212,6 +219,7 @@ def test_missing_sdk_is_a_clear_message(monkeypatch):
         get_provider("e2b")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["e2b", "morph"])
 def test_a_remote_time_out_after_the_harness_started_is_wrong_not_none(server, kind):
     """The program stalls its second test past the remote time-out: the sandbox answers with an error, but the
@@ -231,6 +239,7 @@ def test_a_remote_time_out_after_the_harness_started_is_wrong_not_none(server, k
     assert [r.status for r in results] == [PASSED, "runtime_error"]
 
 
+@pytest.mark.slow
 def test_piston_sends_each_tests_files_and_cannot_judge_file_output(server):
     """A file-I/O program (it writes output.txt) cannot be judged by Piston, which returns stdout only: that is the
     back end's limit, so None (sandbox error), never a wrong answer the program did not earn."""

@@ -90,6 +90,7 @@ def test_sft_needs_conversations(tmp_path, tiny_model_dir, capsys):
     assert "needs a `messages` column" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_tiny_sft_trains_saves_and_resumes(tmp_path, tiny_model_dir, messages_jsonl, capsys, caplog):
     out = tmp_path / "out"
     recipe = {"model_name_or_path": str(tiny_model_dir), "dataset_name": str(messages_jsonl), "max_length": 64,

@@ -24,11 +24,13 @@ def pool():
     p.close()
 
 
+@pytest.mark.slow
 def test_outcomes_in_order(pool):
     pairs = [("7", r"\boxed{7}"), ("7", r"\boxed{8}"), ("junk", r"\boxed{7}"), ("1/2", r"\boxed{0.5}")] * 5
     assert pool.map(pairs) == [CORRECT, WRONG, UNPARSEABLE_GOLD, CORRECT] * 5
 
 
+@pytest.mark.slow
 def test_pathological_answer_times_out_within_the_limit_and_others_still_score(pool):
     pairs = [("5", PATHOLOGICAL), ("7", r"\boxed{7}"), ("5", "\\boxed{" + "1+" * 25_000 + "1}"), ("3", r"\boxed{3}")]
     start = time.monotonic()
@@ -40,6 +42,7 @@ def test_pathological_answer_times_out_within_the_limit_and_others_still_score(p
     assert pool.map([("2", r"\boxed{2}")]) == [CORRECT]  # the killed worker was replaced
 
 
+@pytest.mark.slow
 def test_time_limit_holds_off_the_main_thread(pool):
     pool.map([("1", r"\boxed{1}")] * 4)  # replacement workers have finished their imports
     result = {}
@@ -56,6 +59,7 @@ def test_time_limit_holds_off_the_main_thread(pool):
     assert result["outcome"] == [TIMEOUT] and result["elapsed"] < 30
 
 
+@pytest.mark.slow
 def test_time_limit_is_per_call(pool):
     """Callers sharing the pool (rewards, held-out evaluation) each get their own limit; none changes another's."""
     assert pool.map([("5", PATHOLOGICAL)], timeout=0.5) == [TIMEOUT]
@@ -63,6 +67,7 @@ def test_time_limit_is_per_call(pool):
     assert pool.map([("7", r"\boxed{7}")] * 4, timeout=60) == [CORRECT] * 4
 
 
+@pytest.mark.slow
 def test_power_towers_are_wrong_at_once_unless_the_gold_is_one():
     patient = VerifierPool(workers=1, timeout=120.0)  # a tower reaching sympy would show as a timeout or a hang
     try:
@@ -137,6 +142,7 @@ def run_unguarded_script(tmp_path, setup: str = "") -> subprocess.CompletedProce
     return subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_unguarded_script_verifies_in_workers_from_any_thread(tmp_path):
     result = run_unguarded_script(tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -146,6 +152,7 @@ def test_unguarded_script_verifies_in_workers_from_any_thread(tmp_path):
     assert "freeze_support" not in result.stderr and "in-process" not in result.stderr
 
 
+@pytest.mark.slow
 def test_in_process_fallback_gives_the_same_verdicts_off_the_main_thread(tmp_path):
     # No worker can start (as with an embedded interpreter): verification falls back to this process.
     result = run_unguarded_script(tmp_path, setup="r1kit.rewards.verify.sys.executable = '/nonexistent/python'")
