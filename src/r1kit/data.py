@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from r1kit.config.schema import DatasetMixtureConfig
+from r1kit.config.schema import DataFields, DatasetMixtureConfig
 from r1kit.errors import ConfigError, one_line
 from r1kit.gym_data import GYM_PREFIX, is_gym_source, load_gym_source
 from r1kit.hub import hub_problem, looks_local, relative_to_cwd
@@ -87,7 +87,7 @@ def check_source(name: Any, field: str, revision: str | None = None, hub: bool =
         raise ConfigError(f"{field}: {problem}")
 
 
-def check_sources(script_args: Any) -> None:
+def check_sources(script_args: DataFields) -> None:
     """The dataset, or each mixture member: a path that exists, a built-in name, or a Hub id that can be reached."""
     if script_args.dataset_mixture is not None:
         for i, member in enumerate(script_args.dataset_mixture.datasets):
@@ -96,7 +96,7 @@ def check_sources(script_args: Any) -> None:
         check_source(script_args.dataset_name, "dataset_name")
 
 
-def is_local(script_args: Any) -> bool:
+def is_local(script_args: DataFields) -> bool:
     """Whether the recipe's data can be read without a hub (so a dry run may check its columns)."""
 
     def local(name: str) -> bool:
@@ -234,19 +234,16 @@ def _align_features(parts: list) -> list:
     return aligned
 
 
-def get_dataset(script_args: Any):
+def get_dataset(script_args: DataFields):
     """The `DatasetDict` a recipe names: its mixture when set, else `dataset_name` (+ `dataset_config`)."""
     from datasets import DatasetDict
 
     if script_args.dataset_mixture is not None:
-        if getattr(script_args, "dataset_options", None):
-            raise ConfigError("dataset_options configure dataset_name's generated task, not a dataset_mixture")
         return load_mixture(script_args.dataset_mixture)
     if script_args.dataset_name is None:
         raise ConfigError("Either `dataset_name` or `dataset_mixture` must be provided")
     logger.info("Loading dataset %s (config=%s)", script_args.dataset_name, script_args.dataset_config)
-    options = getattr(script_args, "dataset_options", None)  # GRPO recipes have them; SFT and pass-rate ones not yet
-    loaded = load_source(script_args.dataset_name, script_args.dataset_config, options=options)
+    loaded = load_source(script_args.dataset_name, script_args.dataset_config, options=script_args.dataset_options)
     dataset = loaded if isinstance(loaded, DatasetDict) else DatasetDict({"train": loaded})
     if any(len(ds) == 0 for ds in dataset.values()):
         raise ConfigError(

@@ -11,7 +11,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from r1kit.config.schema import check_choice
+from r1kit.config.schema import ModelConfig, RunFields, check_choice
 from r1kit.errors import ConfigError, one_line
 from r1kit.hub import hub_problem, looks_local, relative_to_cwd
 from r1kit.machine import has_cuda, installed
@@ -78,7 +78,7 @@ def check_source(name: Any, field: str = "model_name_or_path", revision: str | N
         raise ConfigError(f"{field}: {problem}")
 
 
-def check_quantisation(model_args: Any) -> None:
+def check_quantisation(model_args: ModelConfig) -> None:
     if (model_args.load_in_4bit or model_args.load_in_8bit) and not has_cuda():
         raise ConfigError(
             "load_in_4bit / load_in_8bit need a CUDA GPU (bitsandbytes); remove them to train in full precision on CPU"
@@ -245,7 +245,7 @@ def quiet_small_local_model(path: str, limit_bytes: int = 500 * 2**20) -> None:
         transformers.utils.logging.disable_progress_bar()
 
 
-def get_tokenizer(model_args: Any, training_args: Any):
+def get_tokenizer(model_args: ModelConfig, training_args: RunFields):
     """The model's tokenizer, with the recipe's chat template and a pad token (eos) when it has none."""
     from transformers import AutoTokenizer
 
@@ -285,7 +285,7 @@ def _attn_implementation(name: str | None, has_gpu: bool) -> str | None:
     return name
 
 
-def model_init_kwargs(model_args: Any, training_args: Any) -> dict:
+def model_init_kwargs(model_args: ModelConfig, training_args: RunFields) -> dict:
     """Keyword arguments of `from_pretrained` for this recipe (dtype, attention, quantisation, cache)."""
     from trl import get_quantization_config
 
@@ -307,7 +307,7 @@ def model_init_kwargs(model_args: Any, training_args: Any) -> dict:
     return kwargs
 
 
-def get_model(model_args: Any, training_args: Any):
+def get_model(model_args: ModelConfig, training_args: RunFields):
     """Loads the causal LM a recipe names."""
     from transformers import AutoModelForCausalLM
 

@@ -25,7 +25,17 @@ from urllib.parse import urlparse
 from r1kit import benchmarks, checkpoints, data, modeling
 from r1kit.callbacks import callback_names, check_hub_revision
 from r1kit.callbacks import check_names as check_callback_names
-from r1kit.config.schema import REPORT_TO_PACKAGES, GRPOConfig, GRPOScriptArguments, ModelConfig, PassRateArguments
+from r1kit.config.schema import (
+    REPORT_TO_PACKAGES,
+    DataFields,
+    GRPOConfig,
+    GRPOScriptArguments,
+    ModelConfig,
+    PassRateArguments,
+    RunFields,
+    SFTConfig,
+    SFTScriptArguments,
+)
 from r1kit.errors import ConfigError
 from r1kit.hub import check_hub_push
 from r1kit.machine import has_cuda, installed
@@ -49,7 +59,7 @@ def check_grpo_recipe(script_args: GRPOScriptArguments, training_args: GRPOConfi
     check_inputs(script_args, training_args, model_args, create_output_dir=not dry_run)
 
 
-def check_sft_recipe(script_args: Any, training_args: Any, model_args: ModelConfig, dry_run: bool = False) -> None:
+def check_sft_recipe(script_args: SFTScriptArguments, training_args: SFTConfig, model_args: ModelConfig, dry_run: bool = False) -> None:
     """What an `r1kit sft` recipe is checked for before anything loads (`r1kit:scratch` is a model too)."""
     check_callback_names(training_args.callbacks, allowed=("push_to_hub_revision", "evaluate_benchmarks"))
     checkpoints.check_resume(training_args.resume)
@@ -92,7 +102,7 @@ def check_rules(script_args: GRPOScriptArguments, training_args: GRPOConfig, mod
     check_gym_scoring(script_args, training_args)  # so do reasoning-gym's scorers (some evaluate answers as code)
 
 
-def check_inputs(script_args: Any, training_args: Any, model_args: ModelConfig, create_output_dir: bool = True,
+def check_inputs(script_args: DataFields, training_args: RunFields, model_args: ModelConfig, create_output_dir: bool = True,
                  builtin_models: tuple[str, ...] | None = None) -> None:
     """Everything a recipe points at, before anything loads: the dataset (or each mixture member), the model (and
     its GGUF file), benchmark names, report_to packages, a Hub push and the output folder."""
@@ -131,7 +141,7 @@ def check_loaded_dataset(script_args: GRPOScriptArguments, training_args: GRPOCo
 # --------------------------------------------------------------------------------------------------------------------
 # The machine: vLLM, DeepSpeed, quantisation, packages, the output folder
 # --------------------------------------------------------------------------------------------------------------------
-def check_machine(training_args: Any, model_args: ModelConfig, server_wait: float | None = None) -> None:
+def check_machine(training_args: GRPOConfig, model_args: ModelConfig, server_wait: float | None = None) -> None:
     """What this machine must have for the run: a GPU for quantisation, DeepSpeed when asked for, vLLM (and its
     server) when asked for. Cheapest first."""
     modeling.check_quantisation(model_args)
@@ -152,7 +162,7 @@ def wait_for_server(host: str, port: int, timeout: float, interval: float = 1.0)
             time.sleep(min(interval, max(0.0, deadline - time.monotonic())))
 
 
-def vllm_server_address(training_args: Any) -> tuple[str, int]:
+def vllm_server_address(training_args: GRPOConfig) -> tuple[str, int]:
     base = training_args.vllm_server_base_url
     if base:
         url = urlparse(base if "://" in base else f"http://{base}")
@@ -161,7 +171,7 @@ def vllm_server_address(training_args: Any) -> tuple[str, int]:
     return ("127.0.0.1" if host in ("0.0.0.0", "") else host), int(training_args.vllm_server_port)
 
 
-def check_vllm(training_args: Any, server_wait: float | None = None) -> None:
+def check_vllm(training_args: GRPOConfig, server_wait: float | None = None) -> None:
     if not training_args.use_vllm:
         return
     if not installed("vllm"):
@@ -186,7 +196,7 @@ def check_vllm(training_args: Any, server_wait: float | None = None) -> None:
         )
 
 
-def check_deepspeed(training_args: Any) -> None:
+def check_deepspeed(training_args: RunFields) -> None:
     wants = bool(training_args.deepspeed) or os.environ.get("ACCELERATE_USE_DEEPSPEED", "").lower() in ("1", "true")
     if wants and not installed("deepspeed"):
         raise ConfigError(

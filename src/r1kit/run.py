@@ -23,6 +23,7 @@ import yaml
 
 from r1kit.callbacks import EvaluateBenchmarksCallback, HeldOutAccuracyCallback
 from r1kit.checkpoints import find_resume_checkpoint
+from r1kit.config.schema import RunFields
 
 logger = logging.getLogger(__name__)
 startup_logger = logging.getLogger("r1kit.startup")  # the start-up block: plain lines on the main process
@@ -49,7 +50,7 @@ class Run:
     evaluators: list[EvaluateBenchmarksCallback] = field(default_factory=list)
 
 
-def prepare(training_args: Any) -> str | None:
+def prepare(training_args: RunFields) -> str | None:
     """Seed, torch threads, logging, the W&B variables and the resume decision; returns the checkpoint to resume
     from (None: start at step 0)."""
     import torch  # deferred: torch
@@ -93,7 +94,7 @@ def finish(run: Run) -> None:
 # --------------------------------------------------------------------------------------------------------------------
 # Logging
 # --------------------------------------------------------------------------------------------------------------------
-def setup_logging(training_args: Any) -> None:
+def setup_logging(training_args: RunFields) -> None:
     import datasets  # deferred: datasets
     import transformers
 
@@ -116,7 +117,7 @@ def setup_logging(training_args: Any) -> None:
     startup_logger.setLevel(logging.INFO if training_args.process_index == 0 and level <= logging.WARNING else logging.ERROR)
 
 
-def log_process(training_args: Any) -> None:
+def log_process(training_args: RunFields) -> None:
     logger.log(
         logging.WARNING if training_args.world_size > 1 else logging.INFO,  # one process: the start-up block says it
         "Process rank %s / world size %s, device %s, distributed: %s, bf16: %s",
@@ -126,7 +127,7 @@ def log_process(training_args: Any) -> None:
     logger.info("Training arguments %s", training_args)
 
 
-def export_wandb_env(training_args: Any) -> None:
+def export_wandb_env(training_args: RunFields) -> None:
     if "wandb" not in (training_args.report_to or []):
         return
     for name, value in (
@@ -141,7 +142,7 @@ def export_wandb_env(training_args: Any) -> None:
 # --------------------------------------------------------------------------------------------------------------------
 # Files a run writes
 # --------------------------------------------------------------------------------------------------------------------
-def write_run_metadata(training_args: Any, resumed_from: str | None) -> None:
+def write_run_metadata(training_args: RunFields, resumed_from: str | None) -> None:
     """`OUTPUT_DIR/r1kit_run.json`: world size, the checkpoint resumed from, versions, the command line."""
     import torch  # deferred: torch
     import transformers

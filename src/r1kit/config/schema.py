@@ -238,7 +238,8 @@ def parse_dataset_mixture(mixture: Any) -> DatasetMixtureConfig:
 @dataclass
 class DataFields:
     """`dataset_name` or `dataset_mixture` (Open-R1's rule), shared by the GRPO, SFT and pass-rate recipes: the
-    mixture given as a mapping, or as JSON/YAML text on the command line, becomes a `DatasetMixtureConfig`."""
+    mixture given as a mapping, or as JSON/YAML text on the command line, becomes a `DatasetMixtureConfig`;
+    `dataset_options` (a generated dataset's options) are a mapping too, and go with `dataset_name` only."""
 
     def check_data_fields(self) -> None:
         if self.dataset_name is None and self.dataset_mixture is None:
@@ -247,6 +248,12 @@ class DataFields:
             self.dataset_mixture = yaml.safe_load(self.dataset_mixture)
         if self.dataset_mixture is not None and not isinstance(self.dataset_mixture, DatasetMixtureConfig):
             self.dataset_mixture = parse_dataset_mixture(self.dataset_mixture)
+        if isinstance(self.dataset_options, str):  # given as JSON/YAML on the command line
+            self.dataset_options = yaml.safe_load(self.dataset_options)
+        if self.dataset_options is not None and not isinstance(self.dataset_options, dict):
+            raise ConfigError(f"dataset_options must be a mapping of option: value, got {self.dataset_options!r}")
+        if self.dataset_options and self.dataset_mixture is not None:
+            raise ConfigError("dataset_options configure dataset_name's generated task, not a dataset_mixture")
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -379,10 +386,6 @@ class GRPOScriptArguments(DataFields, ScriptArguments):
 
     def __post_init__(self):
         self.check_data_fields()
-        if isinstance(self.dataset_options, str):  # given as JSON/YAML on the command line
-            self.dataset_options = yaml.safe_load(self.dataset_options)
-        if self.dataset_options is not None and not isinstance(self.dataset_options, dict):
-            raise ConfigError(f"dataset_options must be a mapping of option: value, got {self.dataset_options!r}")
         if isinstance(self.reward_funcs, str):
             self.reward_funcs = [name.strip() for name in self.reward_funcs.split(",") if name.strip()]
         if not self.reward_funcs:
@@ -551,9 +554,9 @@ class RunFields:
             raise ConfigError("callback evaluate_benchmarks needs `benchmarks` (e.g. [addition, humaneval, math_500])")
 
     def benchmark_generation_length(self) -> int:
-        """Tokens `evaluate_benchmarks` generates: `benchmark_max_new_tokens`, else the trainer's completion length
-        (GRPO), else 512."""
-        return self.benchmark_max_new_tokens or getattr(self, "max_completion_length", None) or 512
+        """Tokens `evaluate_benchmarks` generates: `benchmark_max_new_tokens`, else 512 (GRPO: its completion
+        length)."""
+        return self.benchmark_max_new_tokens or 512
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -621,6 +624,9 @@ class GRPOConfig(RunFields, trl.GRPOConfig):
         self.check_run_fields()
         self.check_grpo_fields()
         super().__post_init__()
+
+    def benchmark_generation_length(self) -> int:
+        return self.benchmark_max_new_tokens or self.max_completion_length
 
     @property
     def curriculum_active(self) -> bool:
@@ -715,6 +721,8 @@ class SFTScriptArguments(DataFields, ScriptArguments):
             task `r1kit:addition` (worked solutions of multi-digit additions). Either this or `dataset_mixture`.
         dataset_mixture (`dict` or `None`, defaults to `None`): Open-R1's `{datasets: [{id, config, split, columns,
             weight}], seed, test_split_size}`.
+        dataset_options (`dict` or `None`, defaults to `None`): options of a generated dataset (the built-in
+            `r1kit:addition` takes `train_size` instead).
         train_size (`int`, defaults to `20000`): training problems generated for `r1kit:addition`.
         heldout_size (`int`, defaults to `200`): test problems for the accuracy checks (`r1kit:addition`).
         eval_every_steps (`int`, defaults to `25`): steps between accuracy checks (`r1kit:addition`).
@@ -726,6 +734,9 @@ class SFTScriptArguments(DataFields, ScriptArguments):
 
     dataset_name: str | None = field(default=SFT_BUILTIN_TASK, metadata={"help": "Dataset: Hub id, local path or built-in."})
     dataset_mixture: dict[str, Any] | None = field(default=None, metadata={"help": "Open-R1's dataset mixture."})
+    dataset_options: dict[str, Any] | None = field(
+        default=None, metadata={"help": "Options of a generated dataset (reasoning-gym:<generator>)."}
+    )
     train_size: int = field(default=20000, metadata={"help": "Training problems generated (r1kit:addition)."})
     heldout_size: int = field(default=200, metadata={"help": "Held-out problems for accuracy checks (r1kit:addition)."})
     eval_every_steps: int = field(default=25, metadata={"help": "Steps between accuracy checks (r1kit:addition)."})
@@ -738,6 +749,9 @@ class SFTScriptArguments(DataFields, ScriptArguments):
 
     def __post_init__(self):
         self.check_data_fields()
+        if self.uses_builtin_task and self.dataset_options:
+            raise ConfigError("dataset_options: the SFT worked solutions of r1kit:addition take train_size and "
+                              "heldout_size instead; remove dataset_options")
         check_range(self, [("train_size", ">=", 1), ("heldout_size", ">=", 1), ("eval_every_steps", ">=", 1),
                            ("stop_at_accuracy", ">=", 0), ("stop_at_accuracy", "<=", 1), ("hidden_size", ">=", 1),
                            ("num_layers", ">=", 1), ("num_heads", ">=", 1)])
