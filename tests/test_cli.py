@@ -72,3 +72,11 @@ def test_module_entry_points_show_help():
     for module in ("r1kit", "r1kit.grpo"):
         result = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True, text=True, check=True)
         assert "r1kit" in result.stdout
+
+
+def test_the_command_applies_the_recipes_env_block(tmp_path, math_jsonl, monkeypatch):
+    monkeypatch.delenv("R1KIT_TEST_VAR", raising=False)
+    recipe = tiny_recipe(config_only_model(tmp_path), math_jsonl, tmp_path / "out")
+    path = write_recipe(tmp_path, **recipe, env={"R1KIT_TEST_VAR": 12})
+    assert main(["grpo", "--config", str(path), "--dry-run"]) == 0
+    assert os.environ["R1KIT_TEST_VAR"] == "12"  # (parsing alone writes nothing: test_configs)
