@@ -98,6 +98,8 @@ def check_rules(script_args: GRPOScriptArguments, training_args: GRPOConfig, mod
                           f"({', '.join(names)}); the curriculum measures pass rates with one of the run's rewards")
     check_callback_names(training_args.callbacks)
     checkpoints.check_resume(training_args.resume)
+    if "repetition_penalty" in names and script_args.repetition_language == "zh" and not installed("jieba"):
+        raise ConfigError("repetition_language: zh tokenises with jieba, which is not installed: pip install 'r1kit[zh]'")
     check_code_execution(script_args)  # a local code sandbox needs a jail on this machine
     check_gym_scoring(script_args, training_args)  # so do reasoning-gym's scorers (some evaluate answers as code)
 

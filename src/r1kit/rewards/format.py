@@ -134,7 +134,7 @@ def _words(text: str, language: RepetitionLanguage) -> list[str]:
         try:
             import jieba
         except ImportError:
-            raise ImportError("repetition_penalty with language 'zh' needs jieba: pip install jieba") from None
+            raise ImportError("repetition_penalty with language 'zh' needs jieba: pip install 'r1kit[zh]'") from None
         return list(jieba.cut(text))
     raise ValueError(f"repetition_penalty language must be 'en' or 'zh', got {language!r}")
 
