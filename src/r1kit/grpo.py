@@ -126,7 +126,7 @@ def build_trainer(script_args: GRPOScriptArguments, training_args: GRPOConfig, m
         trainer.add_callback(CompactProgressCallback())
     heldout = next((c for c in callbacks if isinstance(c, HeldOutAccuracyCallback)), None)
     return runs.Run(trainer, checkpoint, len(dataset[script_args.dataset_train_split]), script_args.dataset_name,
-                    heldout, evaluators)
+                    heldout, evaluators, model_name=model_args.model_name_or_path)
 
 
 def finish(run: runs.Run, metrics: dict) -> dict:

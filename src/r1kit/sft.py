@@ -104,7 +104,8 @@ def pipeline(script_args: SFTScriptArguments, training_args: SFTConfig, model_ar
     evaluators = [c for c in callbacks if isinstance(c, EvaluateBenchmarksCallback)]
     for evaluator in evaluators:
         evaluator.attach(trainer)
-    run = runs.Run(trainer, checkpoint, len(train_rows), script_args.dataset_name, tracker, evaluators)
+    run = runs.Run(trainer, checkpoint, len(train_rows), script_args.dataset_name, tracker, evaluators,
+                   model_name=model_args.model_name_or_path)
     if trainer.accelerator.is_main_process:
         runs.write_run_metadata(training_args, checkpoint)
     metrics = runs.train(run)
