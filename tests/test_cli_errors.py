@@ -150,6 +150,8 @@ def test_grpo_bad_input_is_one_line_naming_the_field(inputs, tiny_model_dir, cap
 
     monkeypatch.setattr(r1kit.modeling, "get_tokenizer", must_not_load)
     monkeypatch.setattr(r1kit.modeling, "get_model", must_not_load)
+    monkeypatch.setattr(r1kit.grpo, "get_tokenizer", must_not_load)  # grpo imports them by name
+    monkeypatch.setattr(r1kit.grpo, "get_model", must_not_load)
     if keys is None:
         config = "missing-recipe.yaml"
     else:

@@ -1,4 +1,4 @@
-"""End-to-end GRPO runs of a tiny model through `r1kit.grpo.main`, from a YAML recipe, on CPU."""
+"""End-to-end GRPO runs of a tiny model through `r1kit.grpo.pipeline`, from a YAML recipe, on CPU."""
 
 from __future__ import annotations
 
@@ -189,8 +189,8 @@ def test_lora_run_saves_an_adapter(tmp_path, tiny_model_dir, math_jsonl):
         tmp_path,
         tiny_recipe(tiny_model_dir, math_jsonl, out, max_steps=2, use_peft=True, lora_r=4, lora_target_modules=["q_proj", "v_proj"]),
     )
-    assert (out / "adapter_model.safetensors").is_file() and (out / "adapter_config.json").is_file()
-    assert json.loads((out / "adapter_config.json").read_text())["r"] == 4
+    assert (out / "adapter" / "adapter_model.safetensors").is_file() and (out / "adapter" / "adapter_config.json").is_file()
+    assert json.loads((out / "adapter" / "adapter_config.json").read_text())["r"] == 4
 
 
 def test_missing_reward_column_fails_before_the_model_loads(tmp_path, math_jsonl):

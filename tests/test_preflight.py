@@ -29,6 +29,7 @@ def gpu_and_vllm(monkeypatch):
     """Pretend vLLM and a GPU are there, to reach the checks behind them."""
     monkeypatch.setattr(preflight, "installed", lambda m: True)
     monkeypatch.setattr(preflight, "has_cuda", lambda: True)
+    monkeypatch.setattr(preflight, "vllm_is_cpu_build", lambda: False)
 
 
 def test_nothing_to_check_by_default():
@@ -44,8 +45,18 @@ def test_use_vllm_without_vllm(monkeypatch):
 def test_use_vllm_without_gpu(monkeypatch):
     monkeypatch.setattr(preflight, "installed", lambda m: True)
     monkeypatch.setattr(preflight, "has_cuda", lambda: False)
+    monkeypatch.setattr(preflight, "vllm_is_cpu_build", lambda: False)
     with raises_naming("use_vllm", "GPU"):
         preflight.check_machine(training(use_vllm=True), model())
+
+
+def test_vllm_cpu_build_colocates_without_a_gpu_and_refuses_server_mode(monkeypatch):
+    monkeypatch.setattr(preflight, "installed", lambda m: True)
+    monkeypatch.setattr(preflight, "has_cuda", lambda: False)
+    monkeypatch.setattr(preflight, "vllm_is_cpu_build", lambda: True)
+    preflight.check_machine(training(use_vllm=True, vllm_mode="colocate"), model())
+    with raises_naming("vllm_mode", "colocate"):
+        preflight.check_machine(training(use_vllm=True, vllm_mode="server"), model())
 
 
 @pytest.mark.parametrize("utilisation", [0.0, 1.0, 1.5, -0.2])

@@ -60,10 +60,10 @@ class CurriculumRules:
         """The rules a recipe's `curriculum_*` fields set (their defaults are the config's)."""
         window = args.curriculum_pass_rate_window
         return cls(
-            skip_solved=args.curriculum_skip_solved,
+            skip_solved=args.curriculum_skip_solved or 0,  # null in a recipe: off
             window=tuple(window) if window else None,
             explore=args.curriculum_explore,
-            history=max(args.curriculum_history, args.curriculum_skip_solved, 1),
+            history=max(args.curriculum_history, args.curriculum_skip_solved or 0, 1),
         )
 
     @property

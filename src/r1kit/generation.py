@@ -7,17 +7,30 @@ evaluate` and `r1kit pass-rate` sample through `load_sampler`, the held-out accu
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
-from r1kit.machine import has_cuda, installed
+from r1kit.machine import has_cuda, installed, vllm_is_cpu_build
 
 Sampler = Callable[[list[str]], list[list[str]]]
 
 
 def vllm_available() -> bool:
-    """Whether vLLM can generate here: installed, with a CUDA GPU."""
-    return installed("vllm") and has_cuda()
+    """Whether vLLM can generate here: its CPU build, or vLLM with a CUDA GPU."""
+    return installed("vllm") and (vllm_is_cpu_build() or has_cuda())
+
+
+def load_vllm(model_path: str):
+    """A vLLM engine for `model_path`. On the CPU build the engine stays in this process (no spawned engine core,
+    so a script needs no `__main__` guard) and gets a 1 GiB KV cache unless VLLM_CPU_KVCACHE_SPACE says otherwise."""
+    from vllm import LLM
+
+    if vllm_is_cpu_build():
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+        return LLM(model=model_path, enforce_eager=True)
+    return LLM(model=model_path)
 
 
 def generate(model, tokenizer, prompts: list[str], max_new_tokens: int, batch_size: int = 64,
@@ -73,9 +86,9 @@ def load_sampler(model_path: str, n: int, max_new_tokens: int, temperature: floa
             `transformers` when vLLM cannot run here; `None` loads both from `model_path`.
     """
     if vllm_available():
-        from vllm import LLM, SamplingParams
+        from vllm import SamplingParams
 
-        llm = LLM(model=model_path)
+        llm = load_vllm(model_path)
         params = SamplingParams(n=n, max_tokens=max_new_tokens, temperature=temperature, top_p=top_p)
         return lambda prompts: [[o.text for o in out.outputs] for out in llm.generate(prompts, params)]
     model, tokenizer = load_model() if load_model else _from_pretrained(model_path)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import sys
 
 from datasets import DatasetDict
@@ -33,6 +34,7 @@ from r1kit.config.recipe import DEFAULT_RECIPE, GRPO_TYPES, run_recipe_command
 from r1kit.config.schema import GRPOConfig, GRPOScriptArguments, ModelConfig
 from r1kit.console import add_pass_through_command
 from r1kit.errors import ConfigError
+from r1kit.machine import vllm_is_cpu_build
 from r1kit.modeling import get_model, get_tokenizer
 from r1kit.rewards import get_reward_funcs
 from r1kit.trainer import CompletionsRecorder, R1Trainer
@@ -54,8 +56,7 @@ def pipeline(script_args: GRPOScriptArguments, training_args: GRPOConfig, model_
 def setup(script_args: GRPOScriptArguments, training_args: GRPOConfig, model_args: ModelConfig) -> runs.Run:
     """Seed and logging, every check that needs no weights, the resume decision, the data, then the trainer (model,
     rewards, callbacks)."""
-    checkpoint = runs.prepare(training_args)
-    preflight.check_grpo_recipe(script_args, training_args, model_args)
+    checkpoint = runs.prepare(training_args, lambda: preflight.check_grpo_recipe(script_args, training_args, model_args))
     dataset, raw_dataset = prepare_dataset(script_args, training_args)
     run = build_trainer(script_args, training_args, model_args, dataset, raw_dataset, checkpoint)
     if run.trainer.accelerator.is_main_process:
@@ -130,18 +131,8 @@ def build_trainer(script_args: GRPOScriptArguments, training_args: GRPOConfig, m
 
 
 def finish(run: runs.Run, metrics: dict) -> dict:
-    """The final model, evaluations and push (`run.finish`), the optional `do_eval` pass, then summary.json."""
-    runs.finish(run)
-    trainer = run.trainer
-    if trainer.args.do_eval:
-        if trainer.eval_dataset is None:
-            logger.warning("do_eval is set but there is no eval dataset (eval_strategy: no); skipping evaluation.")
-        else:
-            logger.info("*** Evaluate ***")
-            eval_metrics = trainer.evaluate()
-            eval_metrics["eval_samples"] = len(trainer.eval_dataset)
-            trainer.log_metrics("eval", eval_metrics)
-            trainer.save_metrics("eval", eval_metrics)
+    """The final model, evaluations, the optional `do_eval` pass and the push (`run.finish`), then summary.json."""
+    runs.finish(run, evaluate=run.trainer.args.do_eval)
     summary = runs.heldout_summary(run, metrics)
     if summary:
         runs.write_json(run, "summary.json", summary)
@@ -186,7 +177,22 @@ def startup_summary(script_args, training_args, model_args, trainer, dataset, ch
     sampling = sampling_line(args)
     if sampling:
         lines.insert(-2, sampling)
+    if args.use_vllm:
+        lines.insert(-2, vllm_line(args, trainer.vllm_start_seconds))
     return "\n".join(lines)
+
+
+def vllm_line(args: GRPOConfig, start_seconds: float | None) -> str:
+    """The start-up line for vLLM generation: where it runs, its KV cache, how long the engine took to start."""
+    if vllm_is_cpu_build():
+        cache = f"KV cache {os.environ.get('VLLM_CPU_KVCACHE_SPACE', '?')} GiB (VLLM_CPU_KVCACHE_SPACE)"
+        where = "colocated, vLLM CPU build; weights reloaded after every optimizer step"
+    elif args.vllm_mode == "colocate":
+        cache, where = f"{args.vllm_gpu_memory_utilization:g} of the GPU (vllm_gpu_memory_utilization)", "colocated"
+    else:
+        cache, where = "the server's", "server"
+    started = f"; trainer and engine built in {start_seconds:.0f} s" if start_seconds is not None else ""
+    return f"  vllm     {where}, {cache}{started}"
 
 
 def sampling_line(args: GRPOConfig) -> str | None:

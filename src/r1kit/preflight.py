@@ -38,7 +38,7 @@ from r1kit.config.schema import (
 )
 from r1kit.errors import ConfigError
 from r1kit.hub import check_hub_push
-from r1kit.machine import has_cuda, installed
+from r1kit.machine import has_cuda, installed, vllm_is_cpu_build
 from r1kit.rewards import check_reward_names
 from r1kit.rewards.code import check_code_execution, check_code_rows
 from r1kit.rewards.gym import check_gym_scoring
@@ -177,9 +177,16 @@ def check_vllm(training_args: GRPOConfig, server_wait: float | None = None) -> N
     if not training_args.use_vllm:
         return
     if not installed("vllm"):
-        raise ConfigError("use_vllm: true needs vLLM: pip install 'r1kit[vllm]' (on a CUDA machine), or set use_vllm: false")
+        raise ConfigError("use_vllm: true needs vLLM: pip install 'r1kit[vllm]' (on a CUDA machine; on a CPU machine "
+                          "the vLLM CPU build, see the README), or set use_vllm: false")
+    if vllm_is_cpu_build():
+        if training_args.vllm_mode == "server":
+            raise ConfigError("vllm_mode: server needs a CUDA build of vLLM (its weight transfer uses NCCL); with the "
+                              "vLLM CPU build use vllm_mode: colocate")
+        return  # colocated on CPU: r1kit's trainer reloads the weights through vLLM's own API (r1kit.trainer)
     if not has_cuda():
-        raise ConfigError("use_vllm: true needs a CUDA GPU and none was found; set use_vllm: false to generate with transformers")
+        raise ConfigError("use_vllm: true needs a CUDA GPU and none was found (or the vLLM CPU build); set "
+                          "use_vllm: false to generate with transformers")
     if training_args.vllm_mode == "colocate":
         utilisation = training_args.vllm_gpu_memory_utilization
         if not 0.0 < utilisation < 1.0:

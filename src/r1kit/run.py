@@ -16,6 +16,7 @@ import json
 import logging
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,9 +55,10 @@ class Run:
     model_name: str | None = None
 
 
-def prepare(training_args: RunFields) -> str | None:
-    """Seed, torch threads, logging, the W&B variables and the resume decision; returns the checkpoint to resume
-    from (None: start at step 0)."""
+def prepare(training_args: RunFields, check: Callable[[], None]) -> str | None:
+    """Seed, torch threads, logging; then `check()` (the command's pre-flight: nothing is decided about a run that
+    cannot start); then the resume decision and the W&B variables. Returns the checkpoint to resume from (None:
+    start at step 0)."""
     import torch  # deferred: torch
     from transformers import set_seed
 
@@ -65,6 +67,7 @@ def prepare(training_args: RunFields) -> str | None:
         torch.set_num_threads(training_args.torch_num_threads)
     setup_logging(training_args)
     log_process(training_args)
+    check()
     checkpoint = find_resume_checkpoint(training_args.output_dir, training_args.resume)
     export_wandb_env(training_args)
     return checkpoint
@@ -81,8 +84,9 @@ def train(run: Run) -> dict:
     return metrics
 
 
-def finish(run: Run) -> None:
-    """The final model and card, the final benchmark evaluations (waited for) and the Hub push."""
+def finish(run: Run, evaluate: bool = False) -> None:
+    """The final model and card, the final benchmark evaluations (waited for), with `evaluate` the `do_eval` pass
+    (`run_eval`), and the Hub push (last, so that the pushed folder holds the evaluation results too)."""
     trainer, output_dir = run.trainer, run.trainer.args.output_dir
     logger.info("*** Save model ***")
     save_final_model(trainer, output_dir, run.dataset_name, run.model_name)
@@ -90,9 +94,24 @@ def finish(run: Run) -> None:
         evaluator.finish(output_dir, trainer.state.global_step)
     if run.evaluators:
         trainer.save_state()  # with the evaluation metrics logged since
+    if evaluate:
+        run_eval(run)
     if trainer.args.push_to_hub:
         logger.info("Pushing to the Hub...")
         push_as_saved(trainer, run.dataset_name)
+
+
+def run_eval(run: Run) -> None:
+    """`do_eval`: the trainer's evaluation on the eval split, its metrics logged and saved."""
+    trainer = run.trainer
+    if trainer.eval_dataset is None:
+        logger.warning("do_eval is set but there is no eval dataset (eval_strategy: no); skipping evaluation.")
+        return
+    logger.info("*** Evaluate ***")
+    eval_metrics = trainer.evaluate()
+    eval_metrics["eval_samples"] = len(trainer.eval_dataset)
+    trainer.log_metrics("eval", eval_metrics)
+    trainer.save_metrics("eval", eval_metrics)
 
 
 # --------------------------------------------------------------------------------------------------------------------

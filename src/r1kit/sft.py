@@ -87,8 +87,7 @@ def build_or_load(script_args: SFTScriptArguments, model_args, training_args):
 # --------------------------------------------------------------------------------------------------------------------
 def pipeline(script_args: SFTScriptArguments, training_args: SFTConfig, model_args: ModelConfig) -> dict:
     """Runs an SFT recipe end to end; returns the summary (steps, seconds, metrics, held-out accuracy)."""
-    checkpoint = runs.prepare(training_args)
-    preflight.check_sft_recipe(script_args, training_args, model_args)
+    checkpoint = runs.prepare(training_args, lambda: preflight.check_sft_recipe(script_args, training_args, model_args))
     train_rows = load_sft_data(script_args, training_args)
     model, tokenizer = build_or_load(script_args, model_args, training_args)
     logger.info("Model: %s parameters; %s training rows", f"{sum(p.numel() for p in model.parameters()):,}",

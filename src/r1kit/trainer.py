@@ -39,10 +39,12 @@ not trained), `sampling/surplus_groups_dropped` (groups with signal beyond a ful
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
 import os
+import time
 from pathlib import Path
 
 import torch
@@ -53,9 +55,34 @@ from trl.models.utils import disable_gradient_checkpointing
 from trl.trainer.utils import nanstd, use_adapter
 
 from r1kit.curriculum import SAMPLING_STATE, CurriculumRules, PromptPicker, join_pieces, prompt_key, slice_rows
+from r1kit.machine import vllm_is_cpu_build
 from r1kit.rewards.text import completion_text
 
 logger = logging.getLogger(__name__)
+
+
+DEFAULT_CPU_KVCACHE_GIB = 1  # VLLM_CPU_KVCACHE_SPACE when the environment leaves it unset (vLLM's own is 4 GiB)
+
+
+def reload_vllm_weights(generation) -> None:
+    """Pushes the policy's current weights into a colocated vLLM engine through vLLM's `reload_weights` (the CPU
+    backend's path: it restores each layer's parameters, loads and repacks). `generation` is TRL's
+    `VLLMGeneration`; its parameter walk handles PEFT (adapters merged for the copy), DeepSpeed and FSDP, and names
+    the weights as vLLM expects.
+
+    A tied output head is sent explicitly: reloading repacks `lm_head` from its own entry, so leaving it out (as a
+    tied model's parameter list does) keeps a stale head that mixes old and new weights.
+    """
+    weights = [(name, tensor.detach().clone()) for name, tensor in generation._iter_named_params()]  # (merged copies)
+    names = {name for name, _ in weights}
+    config = generation.model.config
+    if getattr(config, "tie_word_embeddings", False) and "lm_head.weight" not in names:
+        embedding = next((t for n, t in weights if n.endswith("embed_tokens.weight")), None)
+        if embedding is not None:
+            weights.append(("lm_head.weight", embedding))
+    generation.llm.collective_rpc("reload_weights",
+                                  kwargs={"weights_iterator": iter(weights), "is_checkpoint_format": True})
+    generation.llm.reset_prefix_cache()
 
 
 class CompletionsRecorder:
@@ -109,7 +136,20 @@ class R1Trainer(GRPOTrainer):
 
     def __init__(self, *args, curriculum_reward_index: int | None = None, reward_listeners: list | None = None,
                  **kwargs):
+        config = kwargs.get("args")
+        cpu_vllm = bool(config is not None and config.use_vllm and vllm_is_cpu_build())
+        if cpu_vllm:  # the engine must live in this process: its reload API takes an iterator of tensors
+            os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(DEFAULT_CPU_KVCACHE_GIB))
+        start = time.monotonic()
         super().__init__(*args, **kwargs)
+        self.vllm_start_seconds = time.monotonic() - start if self.use_vllm else None
+        if cpu_vllm:
+            # TRL's colocated sync calls the vLLM model's `load_weights`, which the CPU backend breaks (it repacks
+            # every linear layer's weight after loading and drops the parameter's loader): sync through vLLM's
+            # own layer-by-layer `reload_weights` instead. The instance attribute replaces TRL's method for this
+            # trainer only; TRL calls it after every optimizer step, as before.
+            self.vllm_generation.sync_weights = functools.partial(reload_vllm_weights, self.vllm_generation)
         self.reward_listeners = list(reward_listeners or [])
         self.dynamic_sampling = self.args.dynamic_sampling
         self.max_rounds = self.args.dynamic_sampling_max_rounds if self.dynamic_sampling else 1

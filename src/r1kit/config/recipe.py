@@ -333,6 +333,7 @@ def parse_recipe(command: CommandLine, dataclass_types: tuple = GRPO_TYPES,
     if training_args is not None:
         if checked_elsewhere:
             training_args.steps_per_generation = steps
+            training_args.check_sampling()  # per process: with the real steps, not the N-rank stand-in
         apply_vllm_server_keys(explicit, training_args)
         if defaults is None:
             warn_moved_defaults(explicit, training_args)

@@ -70,9 +70,13 @@ def check_literal_fields(obj: Any) -> None:
     """Every `Literal`-typed field of `obj` holds one of its choices (the parser checks recipes and flags; this also
     covers a dataclass built in Python)."""
     for name, kind in typing.get_type_hints(type(obj)).items():
-        choices = [a for a in typing.get_args(kind) if typing.get_origin(a) is Literal] or [kind]
-        if typing.get_origin(choices[0]) is Literal and getattr(obj, name, None) is not None:
-            check_choice(name, getattr(obj, name), typing.get_args(choices[0]))
+        members = [kind] if typing.get_origin(kind) is Literal else list(typing.get_args(kind))
+        members = [m for m in members if m is not type(None)]
+        # Only a closed set: a field that also takes free values (transformers' `str | None | Literal[False]`) is not.
+        if not members or any(typing.get_origin(m) is not Literal for m in members):
+            continue
+        if getattr(obj, name, None) is not None:
+            check_choice(name, getattr(obj, name), [c for m in members for c in typing.get_args(m)])
 
 
 @functools.cache
@@ -122,6 +126,10 @@ def check_generation_batch(args: Any, world_size: int) -> None:
     per_device, accumulation = get("per_device_train_batch_size"), get("gradient_accumulation_steps")
     num_generations = get("num_generations")
     generation_batch_size, steps_per_generation = get("generation_batch_size"), get("steps_per_generation")
+    for name, value in (("num_generations", num_generations), ("per_device_train_batch_size", per_device),
+                        ("gradient_accumulation_steps", accumulation)):
+        if isinstance(value, bool) or not isinstance(value, int):  # (checked before the dataclass's own ranges)
+            raise ConfigError(f"{name} must be a whole number, got {value!r}")
     if generation_batch_size is not None and steps_per_generation is not None:
         raise ConfigError("'generation_batch_size' and 'steps_per_generation' cannot both be set; keep one of them")
     if generation_batch_size is not None:
@@ -624,6 +632,7 @@ class GRPOConfig(RunFields, trl.GRPOConfig):
         self.check_run_fields()
         self.check_grpo_fields()
         super().__post_init__()
+        self.check_sampling()  # after TRL's: it derives steps_per_generation from generation_batch_size
 
     def benchmark_generation_length(self) -> int:
         return self.benchmark_max_new_tokens or self.max_completion_length
@@ -649,7 +658,6 @@ class GRPOConfig(RunFields, trl.GRPOConfig):
             ("curriculum_explore", ">=", 0), ("curriculum_explore", "<=", 1), ("curriculum_history", ">=", 1),
         ])
         self.check_curriculum_window()
-        self.check_sampling()
 
     def check_curriculum_window(self) -> None:
         """`curriculum_pass_rate_window` is `[low, high]` with 0 <= low <= high <= 1 (also given as "low,high")."""
