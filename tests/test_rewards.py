@@ -290,7 +290,7 @@ def test_repetition_penalty_zh_needs_jieba_or_works():
     try:
         import jieba  # noqa: F401
     except ImportError:
-        with pytest.raises(ImportError, match="pip install jieba"):
+        with pytest.raises(ImportError, match=r"pip install 'r1kit\[zh\]'"):
             make_repetition_penalty_reward(language="zh")
     else:
         func = make_repetition_penalty_reward(n_grams=1, language="zh")
