@@ -204,16 +204,7 @@ def test_sft_output_loads_with_transformers(sft_out):
     assert len(logits_and_greedy(model, batch)[1]) >= 1
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# vLLM (skipped where it is not installed)
-# --------------------------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("kind", ["lora", "full"])
-def test_vllm_loads_the_output_and_generates(kind, request):
-    vllm = pytest.importorskip("vllm")
-    out = out_dir(request.getfixturevalue(f"{kind}_run"))
-    llm = vllm.LLM(str(out), dtype="float32", max_model_len=256, enforce_eager=True)
-    result = llm.chat([PROMPT], vllm.SamplingParams(max_tokens=8, temperature=0.0))
-    assert len(result[0].outputs[0].token_ids) >= 1
+# (Loading a trained folder, LoRA-merged and full, in a real vLLM: tests/test_vllm.py.)
 
 
 # --------------------------------------------------------------------------------------------------------------------

@@ -75,6 +75,7 @@ def test_colocated_vllm_trains_and_generates_from_the_updated_weights_with_dynam
     assert all(s["sampling/generation_rounds"] >= 1 for s in steps)
     rows = [json.loads(line) for line in (tmp_path / "out" / "completions.jsonl").read_text().splitlines()]
     assert {r["step"] for r in rows} == {1, 2, 3, 4}
+    assert evaluate_with_vllm(tmp_path, tmp_path / "out")["n"] == 4  # the trained (full) folder loads in vLLM
 
 
 def test_a_resumed_run_loads_the_checkpoint_into_the_engine(tmp_path, vllm_model_dir, flat_data):
@@ -85,17 +86,23 @@ def test_a_resumed_run_loads_the_checkpoint_into_the_engine(tmp_path, vllm_model
     assert_engine_follows_the_policy([s for s in steps if s["step"] > 2])
 
 
-def test_evaluate_and_pass_rate_generate_with_vllm_and_a_trained_folder_loads_in_vllm(tmp_path, vllm_model_dir,
-                                                                                       flat_data):
-    out = tmp_path / "trained"
-    grpo(tmp_path, vllm_model_dir, flat_data, out, max_steps=1)
+def evaluate_with_vllm(tmp_path: Path, model: Path, limit: int = 4) -> dict:
+    """`r1kit evaluate` on the addition benchmark in a process of its own; asserts vLLM generated; the metrics."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    evaluated = subprocess.run([sys.executable, "-m", "r1kit.evaluation", "--model", str(out), "--benchmarks",
-                                "addition", "--limit", "8", "--max-new-tokens", "8", "--output-dir",
-                                str(tmp_path / "eval")], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    out = tmp_path / f"eval-{model.name}"
+    evaluated = subprocess.run([sys.executable, "-m", "r1kit.evaluation", "--model", str(model), "--benchmarks",
+                                "addition", "--limit", str(limit), "--max-new-tokens", "8", "--output-dir", str(out)],
+                               cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert evaluated.returncode == 0, evaluated.stderr[-3000:]
-    assert "vllm" in evaluated.stderr.lower()  # vLLM's own start-up lines: it, not transformers, generated
-    assert json.loads((tmp_path / "eval" / "addition.json").read_text())["metrics"]["n"] == 8
+    assert "Generating with vLLM" in evaluated.stderr, evaluated.stderr[-3000:]
+    return json.loads((out / "addition.json").read_text())["metrics"]
+
+
+def test_a_lora_run_leaves_a_folder_vllm_loads_and_pass_rate_generates_with_vllm(tmp_path, vllm_model_dir, flat_data):
+    out = tmp_path / "trained"
+    grpo(tmp_path, vllm_model_dir, flat_data, out, max_steps=1, use_peft=True, lora_r=4, lora_target_modules=["q_proj", "v_proj"])
+    assert evaluate_with_vllm(tmp_path, out, limit=8)["n"] == 8  # the merged model, not the adapter
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     recipe = write_recipe(tmp_path, model_name_or_path=str(out), dataset_name=str(flat_data),
                           dataset_prompt_column="problem", reward_funcs=["accuracy"], num_generations=4,
                           max_completion_length=8, dataset_end_index=8, output_dir=str(tmp_path / "rates"),
@@ -103,5 +110,5 @@ def test_evaluate_and_pass_rate_generate_with_vllm_and_a_trained_folder_loads_in
     scored = subprocess.run([sys.executable, "-m", "r1kit.pass_rate", "--config", str(recipe)], cwd=ROOT, env=env,
                             capture_output=True, text=True, timeout=600)
     assert scored.returncode == 0, scored.stderr[-3000:]
-    assert "vllm" in scored.stderr.lower()
+    assert "Generating with vLLM" in scored.stderr, scored.stderr[-3000:]
     assert json.loads((tmp_path / "rates" / "pass_rate_summary.json").read_text())["rows"] == 8

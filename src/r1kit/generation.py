@@ -7,11 +7,17 @@ evaluate` and `r1kit pass-rate` sample through `load_sampler`, the held-out accu
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+from r1kit.errors import one_line
 from r1kit.machine import has_cuda, installed, vllm_is_cpu_build
+
+logger = logging.getLogger(__name__)
 
 Sampler = Callable[[list[str]], list[list[str]]]
 
@@ -22,15 +28,28 @@ def vllm_available() -> bool:
 
 
 def load_vllm(model_path: str):
-    """A vLLM engine for `model_path`. On the CPU build the engine stays in this process (no spawned engine core,
-    so a script needs no `__main__` guard) and gets a 1 GiB KV cache unless VLLM_CPU_KVCACHE_SPACE says otherwise."""
+    """A vLLM engine for `model_path`, in the checkpoint's own dtype (vLLM's CPU build would otherwise compute a
+    float32 model in bfloat16, and scores would differ from transformers'). On the CPU build the engine stays in this
+    process (no spawned engine core, so a script needs no `__main__` guard) and gets a 1 GiB KV cache unless
+    VLLM_CPU_KVCACHE_SPACE says otherwise."""
     from vllm import LLM
 
+    dtype = checkpoint_dtype(model_path)
     if vllm_is_cpu_build():
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-        return LLM(model=model_path, enforce_eager=True)
-    return LLM(model=model_path)
+        return LLM(model=model_path, enforce_eager=True, dtype=dtype)
+    return LLM(model=model_path, dtype=dtype)
+
+
+def checkpoint_dtype(model_path: str) -> str:
+    """The dtype a local checkpoint's config.json records (`auto` when there is none to read)."""
+    config = Path(model_path) / "config.json"
+    try:
+        recorded = json.loads(config.read_text()).get("dtype") or json.loads(config.read_text()).get("torch_dtype")
+    except (OSError, ValueError):
+        return "auto"
+    return recorded if recorded in ("float32", "bfloat16", "float16") else "auto"
 
 
 def generate(model, tokenizer, prompts: list[str], max_new_tokens: int, batch_size: int = 64,
@@ -88,9 +107,16 @@ def load_sampler(model_path: str, n: int, max_new_tokens: int, temperature: floa
     if vllm_available():
         from vllm import SamplingParams
 
-        llm = load_vllm(model_path)
-        params = SamplingParams(n=n, max_tokens=max_new_tokens, temperature=temperature, top_p=top_p)
-        return lambda prompts: [[o.text for o in out.outputs] for out in llm.generate(prompts, params)]
+        try:
+            llm = load_vllm(model_path)
+            llm.generate(["warm-up"], SamplingParams(max_tokens=1))  # some kernels fail only when they first run
+        except Exception as e:  # noqa: BLE001 - e.g. a head size vLLM's CPU attention has no kernel for
+            logger.warning("vLLM cannot run %s (%s); generating with transformers instead.", model_path, one_line(e))
+        else:
+            logger.info("Generating with vLLM (%s).", "its CPU build" if vllm_is_cpu_build() else "CUDA")
+            params = SamplingParams(n=n, max_tokens=max_new_tokens, temperature=temperature, top_p=top_p)
+            return lambda prompts: [[o.text for o in out.outputs] for out in llm.generate(prompts, params)]
+    logger.info("Generating with transformers.")
     model, tokenizer = load_model() if load_model else _from_pretrained(model_path)
 
     def sample(prompts: list[str]) -> list[list[str]]:
