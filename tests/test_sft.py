@@ -116,3 +116,22 @@ def test_tiny_sft_trains_saves_and_resumes(tmp_path, tiny_model_dir, messages_js
     assert again["global_step"] == 4 and json.loads((resumed / "r1kit_run.json").read_text())["resumed_from"]
     redone = {e["step"]: e["loss"] for e in again["log_history"] if "loss" in e}
     assert redone[3] == pytest.approx(losses[3], rel=1e-4) and redone[4] == pytest.approx(losses[4], rel=1e-4)
+
+
+@pytest.mark.slow
+def test_sft_with_use_peft_trains_an_adapter_and_leaves_a_merged_model(tmp_path, tiny_model_dir, messages_jsonl):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    out = tmp_path / "out"
+    recipe = {"model_name_or_path": str(tiny_model_dir), "dataset_name": str(messages_jsonl), "max_length": 64,
+              "per_device_train_batch_size": 8, "max_steps": 2, "learning_rate": 1.0e-2, "report_to": "none",
+              "bf16": False, "output_dir": str(out), "save_strategy": "no", "use_peft": True, "lora_r": 4,
+              "lora_target_modules": ["q_proj", "v_proj"]}
+    assert main(["sft", "--config", str(write_recipe(tmp_path, **recipe))]) == 0
+    assert json.loads((out / "adapter" / "adapter_config.json").read_text())["r"] == 4  # an adapter was trained
+    merged, base = AutoModelForCausalLM.from_pretrained(out), AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    q = "model.layers.0.self_attn.q_proj.weight"
+    assert not torch.equal(merged.state_dict()[q], base.state_dict()[q])  # the adapter is merged in
+    mlp = "model.layers.0.mlp.up_proj.weight"
+    assert torch.equal(merged.state_dict()[mlp], base.state_dict()[mlp])  # and only the adapted layers moved

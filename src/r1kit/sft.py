@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from datasets import Dataset
-from trl import SFTTrainer
+from trl import SFTTrainer, get_peft_config
 
 from r1kit import data, preflight
 from r1kit import run as runs
@@ -99,7 +99,7 @@ def pipeline(script_args: SFTScriptArguments, training_args: SFTConfig, model_ar
         callbacks.append(tracker)
     with data.progress_bars(len(train_rows) >= data.SMALL_ROWS):  # TRL's tokenising passes over small data flash past
         trainer = SFTTrainer(model=model, args=training_args, train_dataset=train_rows, processing_class=tokenizer,
-                             callbacks=callbacks)
+                             callbacks=callbacks, peft_config=get_peft_config(model_args))  # use_peft: LoRA
     evaluators = [c for c in callbacks if isinstance(c, EvaluateBenchmarksCallback)]
     for evaluator in evaluators:
         evaluator.attach(trainer)
