@@ -44,11 +44,11 @@ def load_vllm(model_path: str):
 
 def checkpoint_dtype(model_path: str) -> str:
     """The dtype a local checkpoint's config.json records (`auto` when there is none to read)."""
-    config = Path(model_path) / "config.json"
     try:
-        recorded = json.loads(config.read_text()).get("dtype") or json.loads(config.read_text()).get("torch_dtype")
+        config = json.loads((Path(model_path) / "config.json").read_text())
     except (OSError, ValueError):
         return "auto"
+    recorded = config.get("dtype") or config.get("torch_dtype")
     return recorded if recorded in ("float32", "bfloat16", "float16") else "auto"
 
 

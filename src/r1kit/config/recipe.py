@@ -133,11 +133,9 @@ class ParsedRecipe:
     explicit: set[str]
 
 
-def recipe_env(path: str | os.PathLike | None) -> dict[str, str]:
-    """The `env:` block of the recipe at `path` (empty without one)."""
-    if path is None:
-        return {}
-    env = load_recipe(path).get("env") or {}
+def env_block(config: dict[str, Any]) -> dict[str, str]:
+    """A recipe mapping's `env:` block, as strings (empty without one)."""
+    env = config.get("env") or {}
     if not isinstance(env, dict):
         raise ConfigError("`env:` in a recipe must be a mapping of variable names to values")
     return {str(name): str(value) for name, value in env.items()}
@@ -280,13 +278,15 @@ def _build(dataclass_types: tuple, namespace: argparse.Namespace) -> list:
     return built
 
 
-def parse_recipe(command: CommandLine, dataclass_types: tuple = GRPO_TYPES,
-                 world_size: int | None = None) -> ParsedRecipe:
+def parse_recipe(command: CommandLine, dataclass_types: tuple = GRPO_TYPES, world_size: int | None = None,
+                 on_env: Callable[[dict[str, str]], None] | None = None) -> ParsedRecipe:
     """Parses the recipe `command.config` plus `command.overrides` into `dataclass_types`, strictly.
 
     Raises `ConfigError` for unknown keys, values of the wrong type or outside their range or choices, invalid
     mixtures and batch sizes that cannot hold whole prompt groups. `world_size` is the number of processes the recipe
     is checked for: `--world-size N` of a dry run, else this launch's (`WORLD_SIZE`, 1 without a launcher).
+    `on_env(env)` is called with the recipe's `env:` block before any dataclass is built (the command applies it
+    there: transformers reads some variables while the training arguments are built); parsing itself writes nothing.
     """
     parser = _make_parser(dataclass_types)
     known = {action.dest for action in parser._actions if action.dest != "help"}
@@ -298,7 +298,7 @@ def parse_recipe(command: CommandLine, dataclass_types: tuple = GRPO_TYPES,
     defaults = command.defaults
     if command.config is not None:
         config = load_recipe(command.config)
-        env = recipe_env(command.config)
+        env = env_block(config)
         config.pop("env", None)
         defaults = defaults or config.get("defaults")
         config.pop("defaults", None)
@@ -311,6 +311,8 @@ def parse_recipe(command: CommandLine, dataclass_types: tuple = GRPO_TYPES,
         check_choice("defaults", defaults, DEFAULTS_CHOICES)
     if defaults == "open-r1":  # the values Open-R1 trained with, for every field the recipe leaves unset
         parser.set_defaults(**{k: v for k, v in OPEN_R1_DEFAULTS.items() if k not in explicit and k in known})
+    if on_env is not None:
+        on_env(env)
     namespace, rest = parser.parse_known_args(args=args)
     if rest:
         stray = _stray_words(rest) or rest
@@ -361,8 +363,7 @@ def run_recipe_command(argv: list[str], help_text: str, dataclass_types: tuple, 
     if needs_config and command.config is None:
         raise ConfigError(f"--config: {needs_config} needs a recipe (see {needs_config} --help)")
     shape_warnings()
-    apply_env(recipe_env(command.config))  # before the dataclasses: transformers reads some variables as they build
-    parsed = parse_recipe(command, dataclass_types, command.world_size)
+    parsed = parse_recipe(command, dataclass_types, command.world_size, on_env=apply_env)
     if command.dry_run:
         print(dry_run(*parsed.args))
         return 0

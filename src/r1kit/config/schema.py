@@ -69,14 +69,23 @@ def check_range(obj: Any, rules: list[tuple[str, str, Any]]) -> None:
 def check_literal_fields(obj: Any) -> None:
     """Every `Literal`-typed field of `obj` holds one of its choices (the parser checks recipes and flags; this also
     covers a dataclass built in Python)."""
-    for name, kind in typing.get_type_hints(type(obj)).items():
-        members = [kind] if typing.get_origin(kind) is Literal else list(typing.get_args(kind))
+    for name, choices in literal_fields(type(obj)).items():
+        if getattr(obj, name, None) is not None:
+            check_choice(name, getattr(obj, name), choices)
+
+
+@functools.cache
+def literal_fields(kind: type) -> dict[str, tuple]:
+    """The fields of `kind` whose type is a closed set of `Literal` values (None allowed), with their choices; read
+    once per class (resolving the type hints of TRL's 200 fields is not free)."""
+    fields_ = {}
+    for name, hint in typing.get_type_hints(kind).items():
+        members = [hint] if typing.get_origin(hint) is Literal else list(typing.get_args(hint))
         members = [m for m in members if m is not type(None)]
         # Only a closed set: a field that also takes free values (transformers' `str | None | Literal[False]`) is not.
-        if not members or any(typing.get_origin(m) is not Literal for m in members):
-            continue
-        if getattr(obj, name, None) is not None:
-            check_choice(name, getattr(obj, name), [c for m in members for c in typing.get_args(m)])
+        if members and all(typing.get_origin(m) is Literal for m in members):
+            fields_[name] = tuple(c for m in members for c in typing.get_args(m))
+    return fields_
 
 
 @functools.cache
