@@ -112,3 +112,54 @@ def test_a_lora_run_leaves_a_folder_vllm_loads_and_pass_rate_generates_with_vllm
     assert scored.returncode == 0, scored.stderr[-3000:]
     assert "Generating with vLLM" in scored.stderr, scored.stderr[-3000:]
     assert json.loads((tmp_path / "rates" / "pass_rate_summary.json").read_text())["rows"] == 8
+
+
+HELDOUT_CHECK = """
+import json, sys, torch
+from r1kit import grpo, run as runs
+from r1kit.config.recipe import parse_args
+from r1kit.heldout import chat_prompts
+
+script_args, training_args, model_args = parse_args(["--config", sys.argv[1]])
+run = grpo.setup(script_args, training_args, model_args)
+runs.train(run)
+trainer, tokenizer = run.trainer, run.trainer.processing_class
+prompts = chat_prompts(tokenizer, run.heldout.problems)
+texts = run.heldout.engine.complete(prompts, 8)  # the engine the callback used, at the final weights
+gaps = []  # per generated token: the trainer's best log-probability minus that of the engine's greedy choice
+model = trainer.model.eval()
+with torch.no_grad():
+    for prompt, text in zip(prompts, texts):
+        p = tokenizer(prompt, add_special_tokens=False, return_tensors="pt")["input_ids"]
+        c = tokenizer(text, add_special_tokens=False, return_tensors="pt")["input_ids"]
+        logps = model(torch.cat([p, c], 1)).logits[0, p.shape[1] - 1 : -1].log_softmax(-1)
+        gaps += (logps.max(-1).values - logps.gather(1, c[0][:, None])[:, 0]).tolist()
+print("RESULT", json.dumps({"gaps": gaps, "texts": texts}))
+"""
+
+
+def test_heldout_accuracy_generates_with_the_colocated_engine_at_the_current_weights(tmp_path, vllm_model_dir):
+    rows = [{"problem": f"{a}+{b}=", "solution": str(a + b), "flat": False} for a in range(10) for b in range(4)]
+    data = tmp_path / "data"
+    data.mkdir()
+    for split, part in (("train", rows[:32]), ("test", rows[32:])):
+        (data / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in part))
+    out = tmp_path / "out"
+    recipe = write_recipe(
+        tmp_path, model_name_or_path=str(vllm_model_dir), dataset_name=str(data), dataset_prompt_column="problem",
+        reward_funcs=["tests.rewards_for_tests:flat_or_length"], num_generations=4, per_device_train_batch_size=8,
+        max_completion_length=8, learning_rate=1e-2, output_dir=str(out), report_to="none", logging_steps=1,
+        save_strategy="no", use_vllm=True, vllm_mode="colocate", vllm_max_model_length=128, bf16=False,
+        torch_num_threads=1, seed=0, max_steps=2, callbacks=["heldout_accuracy"], heldout_eval_steps=1)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    result = subprocess.run([sys.executable, "-c", HELDOUT_CHECK, str(recipe)], cwd=ROOT, env=env,
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "held-out accuracy generates with it" in result.stderr + result.stdout
+    evaluations = [json.loads(line) for line in (out / "heldout_accuracy.jsonl").read_text().splitlines()]
+    assert [e["step"] for e in evaluations] == [0, 1, 2] and all(e["n"] == 8 for e in evaluations)
+    checked = json.loads(result.stdout.split("RESULT", 1)[1])
+    assert len(checked["texts"]) == 8 and len(checked["gaps"]) > 8
+    # Greedy on the trained weights: each token the engine chose is the trainer's best, up to kernel differences
+    # (stale weights after two steps at this learning rate put gaps near 1).
+    assert max(checked["gaps"]) < LOGP_TOLERANCE, checked

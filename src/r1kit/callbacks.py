@@ -35,7 +35,11 @@ EVALUATE_SLURM = Path(__file__).parent / "slurm" / "evaluate.slurm"
 
 
 class HeldOutAccuracyCallback(TrainerCallback):
-    """Greedy held-out accuracy before, during and after training (main process only)."""
+    """Greedy held-out accuracy before, during and after training (computed on the main process).
+
+    It generates with `transformers` on the model being trained, unless the trainer hands it an `engine` (see
+    `r1kit.trainer.ColocatedEngine`): then every process brings its engine to the current weights when an evaluation
+    is due (a collective under DeepSpeed or FSDP), and the main process generates with it."""
 
     def __init__(self, tokenizer, problems: list[str], golds: list[Any], output_dir: str, every_steps: int = 0,
                  system_prompt: str | None = None, max_new_tokens: int = 64, is_main_process: bool = True,
@@ -50,6 +54,7 @@ class HeldOutAccuracyCallback(TrainerCallback):
         self.stop_at = stop_at  # stop training once held-out accuracy reaches this (the demo's cold start)
         self.timeout = timeout  # seconds to verify one answer: the recipe's reward_timeout, as in training
         self.grade = grade  # None: math-verify against `golds`; else grade(completions, golds, timeout)
+        self.engine = None  # set by the trainer: an object with sync() and complete(prompts, max_new_tokens)
         self.history: list[dict] = []
         self._train_start: float | None = None  # when training began, for the training time of each evaluation
         self._eval_seconds = 0.0  # time spent evaluating, which is not training time
@@ -66,6 +71,7 @@ class HeldOutAccuracyCallback(TrainerCallback):
         accuracy, _ = greedy_accuracy(
             model, self.tokenizer, self.problems, self.golds, self.system_prompt, self.max_new_tokens,
             timeout=self.timeout, grade=self.grade or score_answers,
+            complete=self.engine.complete if self.engine is not None else None,
         )
         self._eval_seconds += time.monotonic() - start
         record = {"step": step, "accuracy": accuracy, "seconds": round(time.monotonic() - start, 2), "n": len(self.problems),
@@ -77,25 +83,29 @@ class HeldOutAccuracyCallback(TrainerCallback):
         logger.info("Held-out accuracy at step %d: %.3f (%d problems)", step, accuracy, len(self.problems))
         return accuracy
 
-    def _due(self, step: int) -> bool:
-        return self.is_main_process and not any(r["step"] == step for r in self.history)
+    def _evaluate_if_new(self, model, step: int) -> float | None:
+        """Every process calls this when an evaluation is due: all bring the engine up to date, the main one
+        evaluates (once per step)."""
+        if self.engine is not None:
+            self.engine.sync()
+        if self.is_main_process and not any(r["step"] == step for r in self.history):
+            return self.evaluate(model, step)
+        return None
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
         self._train_start, self._eval_seconds = time.monotonic(), 0.0
-        if self._due(state.global_step):
-            self.evaluate(model, state.global_step)
+        self._evaluate_if_new(model, state.global_step)
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
-        if self.every_steps and state.global_step % self.every_steps == 0 and self._due(state.global_step):
-            accuracy = self.evaluate(model, state.global_step)
-            if self.stop_at is not None and accuracy >= self.stop_at:
+        if self.every_steps and state.global_step % self.every_steps == 0:
+            accuracy = self._evaluate_if_new(model, state.global_step)
+            if accuracy is not None and self.stop_at is not None and accuracy >= self.stop_at:
                 logger.info("Held-out accuracy %.3f reached stop_at_accuracy %.3f: stopping.", accuracy, self.stop_at)
                 control.should_training_stop = True
         return control
 
     def on_train_end(self, args, state, control, model=None, **kwargs):
-        if self._due(state.global_step):
-            self.evaluate(model, state.global_step)
+        self._evaluate_if_new(model, state.global_step)
 
 
 class CompactProgressCallback(ProgressCallback):

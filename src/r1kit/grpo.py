@@ -126,6 +126,8 @@ def build_trainer(script_args: GRPOScriptArguments, training_args: GRPOConfig, m
     if training_args.compact_progress and trainer.pop_callback(ProgressCallback) is not None:  # absent: disable_tqdm
         trainer.add_callback(CompactProgressCallback())
     heldout = next((c for c in callbacks if isinstance(c, HeldOutAccuracyCallback)), None)
+    if heldout is not None:
+        heldout.engine = trainer.colocated_engine  # greedy answers from the colocated vLLM engine, when there is one
     return runs.Run(trainer, checkpoint, len(dataset[script_args.dataset_train_split]), script_args.dataset_name,
                     heldout, evaluators, model_name=model_args.model_name_or_path)
 
@@ -178,12 +180,15 @@ def startup_summary(script_args, training_args, model_args, trainer, dataset, ch
     if sampling:
         lines.insert(-2, sampling)
     if args.use_vllm:
-        lines.insert(-2, vllm_line(args, trainer.vllm_start_seconds))
+        shared = any(isinstance(c, HeldOutAccuracyCallback) and c.engine is not None
+                     for c in trainer.callback_handler.callbacks)
+        lines.insert(-2, vllm_line(args, trainer.vllm_start_seconds, shared))
     return "\n".join(lines)
 
 
-def vllm_line(args: GRPOConfig, start_seconds: float | None) -> str:
-    """The start-up line for vLLM generation: where it runs, its KV cache, how long the engine took to start."""
+def vllm_line(args: GRPOConfig, start_seconds: float | None, heldout_shares: bool = False) -> str:
+    """The start-up line for vLLM generation: where it runs, its KV cache, how long the engine took to start, and
+    whether held-out accuracy generates with the same engine (`heldout_shares`)."""
     if vllm_is_cpu_build():
         cache = f"KV cache {os.environ.get('VLLM_CPU_KVCACHE_SPACE', '?')} GiB (VLLM_CPU_KVCACHE_SPACE)"
         where = "colocated, vLLM CPU build; weights reloaded after every optimizer step"
@@ -192,7 +197,8 @@ def vllm_line(args: GRPOConfig, start_seconds: float | None) -> str:
     else:
         cache, where = "the server's", "server"
     started = f"; trainer and engine built in {start_seconds:.0f} s" if start_seconds is not None else ""
-    return f"  vllm     {where}, {cache}{started}"
+    shared = "; held-out accuracy generates with it too" if heldout_shares else ""
+    return f"  vllm     {where}, {cache}{started}{shared}"
 
 
 def sampling_line(args: GRPOConfig) -> str | None:

@@ -1,7 +1,8 @@
 """Held-out accuracy during training: greedy answers to the dataset's test prompts, scored as the reward scores them.
 
-`greedy_accuracy` generates with plain `transformers` (batched, left-padded, greedy) on the model being trained and
-checks each answer with math-verify, the same way the `accuracy` reward does in training, so the number it reports is
+`greedy_accuracy` generates greedily on the model being trained: with plain `transformers` (batched, left-padded), or
+through `complete` when the trainer hands one over (its colocated vLLM engine at the current weights), and checks each
+answer with math-verify, the same way the `accuracy` reward does in training, so the number it reports is
 the reward's (`r1kit.callbacks.HeldOutAccuracyCallback`, the `heldout_accuracy` callback).
 """
 
@@ -28,7 +29,8 @@ def chat_prompts(tokenizer, problems: list[str], system_prompt: str | None = Non
 
 def greedy_accuracy(model, tokenizer, problems: list[str], golds: list[Any], system_prompt: str | None = None,
                     max_new_tokens: int = 64, batch_size: int = 64, timeout: float = DEFAULT_TIMEOUT,
-                    grade: Callable[..., list[float | None]] = score_answers) -> tuple[float, list[dict]]:
+                    grade: Callable[..., list[float | None]] = score_answers,
+                    complete: Callable[[list[str], int], list[str]] | None = None) -> tuple[float, list[dict]]:
     """Held-out accuracy (mean over judgeable samples) and the per-sample details.
 
     Args:
@@ -38,8 +40,14 @@ def greedy_accuracy(model, tokenizer, problems: list[str], golds: list[Any], sys
         grade (`Callable`, defaults to `score_answers`): `grade(completions, golds, timeout)` scores the answers
             (math-verify, as `accuracy`; `r1kit.judges.score_gym_answers` for reasoning-gym rows, whose golds are
             their `reasoning_gym` records).
+        complete (`Callable` or `None`, defaults to `None`): `complete(prompts, max_new_tokens)` returns one greedy
+            completion per chat-formatted prompt (a vLLM engine); `None` generates with `transformers` on `model`.
     """
-    completions = generate(model, tokenizer, chat_prompts(tokenizer, problems, system_prompt), max_new_tokens, batch_size)
+    prompts = chat_prompts(tokenizer, problems, system_prompt)
+    if complete is not None:
+        completions = complete(prompts, max_new_tokens)
+    else:
+        completions = generate(model, tokenizer, prompts, max_new_tokens, batch_size)
     scores = grade(completions, golds, timeout)
     judged = [s for s in scores if s is not None]
     details = [{"problem": p, "gold": g, "completion": c, "score": s} for p, g, c, s in zip(problems, golds, completions, scores)]

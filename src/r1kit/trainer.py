@@ -85,6 +85,36 @@ def reload_vllm_weights(generation) -> None:
     generation.llm.reset_prefix_cache()
 
 
+class ColocatedEngine:
+    """Greedy generation on the trainer's colocated vLLM engine at the policy's current weights: what the held-out
+    accuracy callback generates with when the run has one (`R1Trainer.colocated_engine`).
+
+    `sync()` pushes the weights when they changed since the engine last saw them (TRL's own bookkeeping, so the next
+    training generation does not push them again); every process calls it, since under DeepSpeed ZeRO-3 or FSDP
+    gathering the weights is a collective. `complete` runs on one process: the engine is that process's own copy.
+    """
+
+    def __init__(self, trainer: GRPOTrainer):
+        self.trainer = trainer
+        self.tokenizer = trainer.processing_class
+
+    def sync(self) -> None:
+        trainer = self.trainer
+        if trainer.state.global_step != trainer._last_loaded_step:
+            trainer.vllm_generation.sync_weights()
+            trainer._last_loaded_step = trainer.state.global_step
+
+    def complete(self, prompts: list[str], max_new_tokens: int) -> list[str]:
+        from vllm import SamplingParams
+
+        # Token ids, not text: vLLM would add the tokenizer's special tokens to a text prompt, and the chat template
+        # already holds them (the transformers path tokenizes with add_special_tokens=False too).
+        token_prompts = [{"prompt_token_ids": self.tokenizer(p, add_special_tokens=False)["input_ids"]} for p in prompts]
+        params = SamplingParams(temperature=0.0, max_tokens=max_new_tokens)
+        outputs = self.trainer.vllm_generation.llm.generate(token_prompts, params, use_tqdm=False)
+        return [output.outputs[0].text for output in outputs]
+
+
 class CompletionsRecorder:
     """Writes every scored completion to `OUTPUT_DIR/completions.jsonl` with its step, prompt and the score of every
     reward: what the model wrote, without wandb. A reward listener of `R1Trainer`.
@@ -150,6 +180,7 @@ class R1Trainer(GRPOTrainer):
             # own layer-by-layer `reload_weights` instead. The instance attribute replaces TRL's method for this
             # trainer only; TRL calls it after every optimizer step, as before.
             self.vllm_generation.sync_weights = functools.partial(reload_vllm_weights, self.vllm_generation)
+        self.colocated_engine = self._colocated_engine()  # None, or the engine the held-out callback shares
         self.reward_listeners = list(reward_listeners or [])
         self.dynamic_sampling = self.args.dynamic_sampling
         self.max_rounds = self.args.dynamic_sampling_max_rounds if self.dynamic_sampling else 1
@@ -170,6 +201,17 @@ class R1Trainer(GRPOTrainer):
         self._generate_every = self.args.steps_per_generation * self.num_iterations
         self._snapshots = self.picker is not None and self.args.gradient_accumulation_steps % self._generate_every != 0
         self._state_before_generation: dict | None = None
+
+    def _colocated_engine(self) -> ColocatedEngine | None:
+        """The engine other generation can share: colocated vLLM on one device per engine. Not with sleep mode (the
+        engine holds no weights between steps), tensor parallelism (one process cannot generate alone) or server
+        mode (the weight push is a collective with the server)."""
+        args = self.args
+        if not (self.use_vllm and args.vllm_mode == "colocate"):
+            return None
+        if args.vllm_enable_sleep_mode or args.vllm_tensor_parallel_size > 1:
+            return None
+        return ColocatedEngine(self)
 
     # --- TRL hooks ------------------------------------------------------------------------------------------------
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
