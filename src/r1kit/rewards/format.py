@@ -10,19 +10,32 @@ from r1kit.errors import ConfigError
 from r1kit.rewards.text import per_sample, texts
 
 TAGS = ("<think>", "</think>", "<answer>", "</answer>")
-_SHAPE = re.compile(r"\A\s*(?P<open><think>)?(?P<think>.*?)</think>\s*<answer>(?P<answer>.*?)</answer>\s*\Z", re.DOTALL)
+THINK_OPEN, THINK_CLOSE, ANSWER_OPEN, ANSWER_CLOSE = TAGS
 
 
 def think_answer_parts(text: str, think_prefilled: bool = False) -> tuple[str, str] | None:
-    """(think, answer) when `text` is exactly one think block then one answer block and nothing else.
+    """(think, answer) when `text` is exactly one think block then one answer block and nothing else (whitespace
+    around the blocks aside).
 
     With `think_prefilled`, the opening `<think>` may be missing (it sits in the prompt, as with R1-Distill templates).
+
+    Read with `str.find` in one pass, linear in the text: neither block may contain a tag, so the think block ends at
+    the first `</think>` and the answer block at the first `</answer>` after it (a lazy regex tried every later
+    closing tag instead, quadratic on a completion of repeated tags).
     """
-    match = _SHAPE.match(text)
-    if match is None or (match["open"] is None and not think_prefilled):
+    body = text.strip()
+    if body.startswith(THINK_OPEN):
+        body = body[len(THINK_OPEN) :]
+    elif not think_prefilled:
         return None
-    think, answer = match["think"], match["answer"]
-    if any(tag in think or tag in answer for tag in TAGS):
+    think_end = body.find(THINK_CLOSE)
+    if think_end < 0:
+        return None
+    rest = body[think_end + len(THINK_CLOSE) :].lstrip()
+    if not rest.startswith(ANSWER_OPEN) or not rest.endswith(ANSWER_CLOSE):
+        return None
+    think, answer = body[:think_end], rest[len(ANSWER_OPEN) : -len(ANSWER_CLOSE)]
+    if len(rest) < len(ANSWER_OPEN) + len(ANSWER_CLOSE) or any(tag in think or tag in answer for tag in TAGS):
         return None
     return think, answer
 
@@ -240,10 +253,34 @@ def make_soft_overlong_punishment(max_completion_len: int | None = None, soft_pu
     return soft_overlong_punishment_reward
 
 
+FENCE = "```"
+
+
 def fenced_blocks(text: str, language: str) -> list[str]:
-    """Contents of the fenced code blocks of `language` in `text`, in order."""
-    pattern = re.compile(r"```" + re.escape(language) + r"[ \t]*\n(.*?)```", re.DOTALL | re.IGNORECASE)
-    return pattern.findall(text)
+    """Contents of the fenced code blocks of `language` in `text`, in order: a fence, the language (any case), spaces
+    or tabs, a newline, then everything up to the next fence.
+
+    One pass with `str.find`, linear in the text (a lazy regex rescanned the rest of the text from every opening
+    fence): every opening fence contains a fence, so once an opening has no fence after it no later one has either.
+    """
+    blocks, start, tag = [], 0, language.lower()
+    while (fence := text.find(FENCE, start)) >= 0:
+        head = fence + len(FENCE)
+        if text[head : head + len(tag)].lower() != tag:
+            start = head - 2  # a run of backticks: the next fence may start one character later
+            continue
+        newline = head + len(tag)
+        while newline < len(text) and text[newline] in " \t":
+            newline += 1
+        if newline >= len(text) or text[newline] != "\n":
+            start = head - 2
+            continue
+        closing = text.find(FENCE, newline + 1)
+        if closing < 0:
+            break
+        blocks.append(text[newline + 1 : closing])
+        start = closing + len(FENCE)
+    return blocks
 
 
 def make_code_format_reward(language: str = "python", think_prefilled: bool = False) -> Callable:

@@ -35,7 +35,7 @@ from typing import Any, Literal, Protocol
 
 from r1kit.errors import ConfigError
 from r1kit.gym_data import is_gym_source, is_number
-from r1kit.rewards.text import ANSWER_BLOCK, log_once, per_sample, texts
+from r1kit.rewards.text import last_answer_block, log_once, per_sample, texts
 from r1kit.rewards.verify import DEFAULT_TIMEOUT
 from r1kit.sandbox import jail
 
@@ -63,9 +63,9 @@ def extract_answer(completion: str, gold: str, mode: AnswerMode = "last_number")
         '-4'
     """
     completion = str(completion)
-    blocks = ANSWER_BLOCK.findall(completion)
-    if blocks:
-        return blocks[-1].strip()[-MAX_ANSWER_CHARS:]
+    block = last_answer_block(completion)
+    if block is not None:
+        return block.strip()[-MAX_ANSWER_CHARS:]
     if mode == "reply":
         return completion.strip()[-MAX_ANSWER_CHARS:]
     if is_number(gold):

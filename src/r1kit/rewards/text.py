@@ -4,7 +4,6 @@ warnings logged once."""
 from __future__ import annotations
 
 import logging
-import re
 from typing import Any
 
 
@@ -44,7 +43,31 @@ def per_sample(value: Any, n: int) -> list[Any]:
     return [value] * n
 
 
-ANSWER_BLOCK = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)  # the answer block of the think/answer format
+ANSWER_OPEN, ANSWER_CLOSE = "<answer>", "</answer>"  # the answer block of the think/answer format
+
+
+def answer_blocks(text: str) -> list[str]:
+    """The contents of the `<answer>...</answer>` blocks of `text`, in order: each block runs from an opening tag to
+    the first closing tag after it, and the next block starts after that closing tag.
+
+    One pass with `str.find` (linear in the text): a regex with a lazy `.*?` restarts at every opening tag and scans
+    to the end of the text each time, quadratic on a completion of unclosed tags. Once an opening tag has no closing
+    tag after it, no later one has either, so the scan stops.
+    """
+    blocks, start = [], 0
+    while (opening := text.find(ANSWER_OPEN, start)) >= 0:
+        closing = text.find(ANSWER_CLOSE, opening + len(ANSWER_OPEN))
+        if closing < 0:
+            break
+        blocks.append(text[opening + len(ANSWER_OPEN) : closing])
+        start = closing + len(ANSWER_CLOSE)
+    return blocks
+
+
+def last_answer_block(text: str) -> str | None:
+    """The contents of the last `<answer>` block (`answer_blocks`), or None when there is none."""
+    blocks = answer_blocks(text)
+    return blocks[-1] if blocks else None
 
 _LOGGED: set[tuple[str, str]] = set()
 

@@ -37,7 +37,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 
-from r1kit.rewards.text import ANSWER_BLOCK, log_once
+from r1kit.rewards.text import last_answer_block, log_once
 
 logger = logging.getLogger(__name__)
 
@@ -69,7 +69,9 @@ def _configs():
 _CONFIGS = None
 
 
-_POWER_CHAIN = re.compile(r"\d+(?:\s*\^\s*\{?\s*\d+)+")
+# Possessive quantifiers and a start only where a digit run starts: without them every position inside a long digit
+# run started a match that backtracked over the rest of the run (quadratic in the run's length).
+_POWER_CHAIN = re.compile(r"(?<!\d)\d++(?:\s*+\^\s*+\{?+\s*+\d++)+")
 MAX_DIGITS = 100_000  # an integer power with more digits than this cannot be a contest answer
 
 
@@ -120,12 +122,12 @@ def judge(gold: str, answer: str, limit: int | None = None) -> str:
     if _has_huge_power(answer) and not _has_huge_power(str(gold)):
         return WRONG  # cannot equal the gold, and would hang sympy until the time limit
     answer_parsed = parse(answer, extraction_config=answer_cfg, extraction_mode="first_match", parsing_timeout=limit)
-    blocks = ANSWER_BLOCK.findall(answer)
-    if not answer_parsed and blocks:
+    block = last_answer_block(answer) if not answer_parsed else None
+    if block is not None:
         # Inside an explicit <answer> block a bare "42" is the answer; outside one, plain numbers are not read
         # (any number in the reasoning would count).
         answer_parsed = parse(
-            blocks[-1].strip(), extraction_config=block_cfg, extraction_mode="first_match", parsing_timeout=limit
+            block.strip(), extraction_config=block_cfg, extraction_mode="first_match", parsing_timeout=limit
         )
     if not answer_parsed:
         return WRONG
