@@ -88,7 +88,7 @@ DENIED_SYSCALLS = {
         "kexec_load": 246, "kexec_file_load": 320, "acct": 163, "quotactl": 179, "io_uring_setup": 425,
         "io_uring_enter": 426, "io_uring_register": 427, "open_by_handle_at": 304, "name_to_handle_at": 303,
         "fanotify_init": 300, "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432,
-        "fspick": 433, "mount_setattr": 442, "pidfd_getfd": 438,
+        "fspick": 433, "mount_setattr": 442, "pidfd_getfd": 438, "setsid": 112,
     }),
     "aarch64": (0xC00000B7, 220, 435, {
         "ptrace": 117, "process_vm_readv": 270, "process_vm_writev": 271, "keyctl": 219, "add_key": 217,
@@ -98,9 +98,14 @@ DENIED_SYSCALLS = {
         "kexec_load": 104, "kexec_file_load": 294, "acct": 89, "quotactl": 60, "io_uring_setup": 425,
         "io_uring_enter": 426, "io_uring_register": 427, "open_by_handle_at": 265, "name_to_handle_at": 264,
         "fanotify_init": 262, "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432,
-        "fspick": 433, "mount_setattr": 442, "pidfd_getfd": 438,
+        "fspick": 433, "mount_setattr": 442, "pidfd_getfd": 438, "setsid": 157,
     }),
 }
+# socket and socketpair: only AF_UNIX (what Python's multiprocessing and the harnesses use). Every other family is
+# refused whatever the namespaces isolate, since some are not isolated by a network namespace at all (AF_VSOCK
+# reaches the hypervisor's vsock space from any namespace).
+SOCKET_SYSCALLS = {"x86_64": (41, 53), "aarch64": (198, 199)}
+AF_UNIX, EAFNOSUPPORT = 1, 97
 CLONE_NEW_FLAGS = 0x10000000 | 0x20000000 | 0x40000000 | 0x04000000 | 0x08000000 | 0x00020000 | 0x02000000  # user,pid,net,uts,ipc,ns,cgroup
 _LD_W_ABS, _JEQ, _JGE, _JSET, _RET = 0x20, 0x15, 0x35, 0x45, 0x06
 _ALLOW, _KILL, _ERRNO = 0x7FFF0000, 0x80000000, 0x00050000
@@ -110,7 +115,9 @@ EPERM, ENOSYS = 1, 38
 def seccomp_filter(machine: str | None = None) -> bytes | None:
     """The BPF program (struct sock_filter[]) bwrap loads before starting the harness, or None on an architecture
     without a table here. Denied calls fail with EPERM; clone3 with ENOSYS (its flags sit behind a pointer the filter
-    cannot read, and libc then falls back to clone, whose namespace flags are checked); a foreign ABI is killed."""
+    cannot read, and libc then falls back to clone, whose namespace flags are checked); a socket of any family but
+    AF_UNIX with EAFNOSUPPORT; a foreign ABI is killed. setsid is denied so that a jail stays one session (one
+    autogroup for the CPU scheduler, see `scripts/harness.py`)."""
     machine = machine or platform.machine()
     if machine not in DENIED_SYSCALLS:
         return None
@@ -124,12 +131,17 @@ def seccomp_filter(machine: str | None = None) -> bytes | None:
     if machine == "x86_64":
         prog.append((_JGE, "deny", None, 0x40000000))  # the x32 ABI aliases every call
     prog += [(_JEQ, "deny", None, nr) for nr in sorted(denied.values())]
+    prog += [(_JEQ, "socket", None, nr) for nr in SOCKET_SYSCALLS[machine]]
     prog += [
         (_JEQ, "enosys", None, clone3),
         (_JEQ, None, "allow", clone),
         (_LD_W_ABS, None, None, 16),  # low word of args[0]: clone's flags
         (_JSET, "deny", "allow", CLONE_NEW_FLAGS),
+        ("label", "socket", None, 0),
+        (_LD_W_ABS, None, None, 16),  # low word of args[0]: the address family
+        (_JEQ, "allow", "nofamily", AF_UNIX),
         ("label", "allow", None, 0), (_RET, None, None, _ALLOW),
+        ("label", "nofamily", None, 0), (_RET, None, None, _ERRNO | EAFNOSUPPORT),
         ("label", "deny", None, 0), (_RET, None, None, _ERRNO | EPERM),
         ("label", "enosys", None, 0), (_RET, None, None, _ERRNO | ENOSYS),
         ("label", "kill", None, 0), (_RET, None, None, _KILL),

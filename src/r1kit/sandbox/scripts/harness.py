@@ -115,15 +115,58 @@ def _default_sigint():
         pass
 
 
-def spawn(stdin, limits, run):
-    """Forks a child with its own session, memory files for its standard streams and `limits`; `run()` becomes the
-    child. Returns (pid, stdout fd, stderr fd)."""
-    fd_in = memfile("stdin", stdin.encode())
+def stdin_source(content, as_pipe):
+    """(descriptor a test reads as its stdin, pid of a feeder process or None). A memory file by default (a program may
+    mmap or seek its own input). A pipe when the program shares its process with a grader that reads hidden input
+    (IOI): a pipe cannot be rewound, so what the grader read cannot be read again from offset 0. Input larger than
+    the pipe holds is written by a feeder forked from this (not dumpable) process, which the program cannot read."""
+    if not as_pipe:
+        return memfile("stdin", content), None
+    read_end, write_end = os.pipe()
+    try:
+        import fcntl
+
+        fcntl.fcntl(write_end, 1031, min(max(len(content), 1 << 16), 1 << 20))  # F_SETPIPE_SZ, up to 1 MiB
+        capacity = fcntl.fcntl(write_end, 1032)  # F_GETPIPE_SZ
+    except (ImportError, OSError):
+        capacity = 1 << 16
+    feeder = None
+    if len(content) <= capacity:
+        os.write(write_end, content)
+    else:
+        feeder = os.fork()
+        if feeder == 0:
+            try:
+                os.closerange(0, write_end)
+                os.closerange(write_end + 1, 65536)
+                view = memoryview(content)
+                while view:
+                    view = view[os.write(write_end, view):]
+            finally:
+                os._exit(0)
+    os.close(write_end)
+    return read_end, feeder
+
+
+def new_process_group():
+    """The child's own process group (killpg reaches the whole test). In a jail, setsid is refused by seccomp so that
+    every process of a jail shares one session: the kernel's autogroup scheduling then shares the CPU between jails,
+    not between processes, and 60 busy processes in one jail cannot starve its siblings."""
+    try:
+        os.setsid()
+    except OSError:
+        os.setpgid(0, 0)
+
+
+def spawn(stdin, limits, run, stdin_pipe=False):
+    """Forks a child with its own process group, memory files for its standard streams and `limits`; `run()` becomes
+    the child. Returns (pid, stdout fd, stderr fd, feeder pid or None)."""
+    fd_in, feeder = stdin_source(stdin.encode(), stdin_pipe)
     fd_out, fd_err = memfile("stdout"), memfile("stderr")
     pid = os.fork()
     if pid == 0:
         try:
-            os.setsid()
+            new_process_group()
             _default_sigint()
             for fd, target in ((fd_in, 0), (fd_out, 1), (fd_err, 2)):
                 os.dup2(fd, target)
@@ -132,30 +175,70 @@ def spawn(stdin, limits, run):
             pass
         os._exit(127)
     os.close(fd_in)
-    return pid, fd_out, fd_err
+    return pid, fd_out, fd_err, feeder
 
 
-def wait(pid, seconds, contained):
-    """Waits for `pid` at most `seconds` of wall time; returns (status word or None on time-out, elapsed)."""
+def stop_feeder(feeder):
+    if feeder is None:
+        return
+    try:
+        os.kill(feeder, SIGKILL)
+        os.waitpid(feeder, 0)
+    except OSError:  # already reaped with the test's leftovers
+        pass
+
+
+def wait(pid, seconds, contained, cpu_seconds=None):
+    """Waits for `pid` at most `seconds` of wall time and, in a jail of our own, `cpu_seconds` of CPU time summed over
+    every process of the test (a program cannot split its work over many processes to take more than one test's CPU
+    budget from its siblings). Returns (status word or None on time-out, elapsed)."""
     start = time.monotonic()
     deadline = start + seconds
     wait_status = None
+    budget = cpu_seconds if contained and cpu_seconds else None
+    baseline = jail_cpu_seconds() if budget else 0.0
+    next_cpu_check = start + CPU_CHECK_SECONDS
     while True:
         done, status = os.waitpid(pid, os.WNOHANG)
         if done:
             wait_status = status
             break
-        if time.monotonic() >= deadline:
+        now = time.monotonic()
+        over_cpu = False
+        if budget and now >= next_cpu_check:
+            next_cpu_check = now + CPU_CHECK_SECONDS
+            over_cpu = jail_cpu_seconds() - baseline > budget
+        if now >= deadline or over_cpu:
             try:
                 os.killpg(pid, SIGKILL)
             except OSError:
                 pass
             os.waitpid(pid, 0)
             break
-        time.sleep(0.0005 if time.monotonic() - start < 0.02 else 0.005)
+        time.sleep(0.0005 if now - start < 0.02 else 0.005)
     elapsed = time.monotonic() - start
     kill_leftovers(pid, contained)
     return wait_status, elapsed
+
+
+CPU_CHECK_SECONDS = 0.02
+
+
+def jail_cpu_seconds():
+    """CPU seconds used so far by every process of this jail but us (live or zombie, with the children each reaped),
+    plus those we reaped. Only meaningful in a jail of our own, where every other process is the program's."""
+    me, ticks, total = os.getpid(), os.sysconf("SC_CLK_TCK"), 0
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == me:
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+            total += sum(int(x) for x in fields[11:15])  # utime, stime, cutime, cstime
+        except (OSError, IndexError, ValueError):
+            continue
+    reaped = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return total / ticks + reaped.ru_utime + reaped.ru_stime
 
 
 def kill_leftovers(pid, contained):
@@ -220,8 +303,9 @@ def run_test(request, stdin, binary_fd):
         limit(*limits)
         run_python_in_child(request["code"], argv)
 
-    pid, fd_out, fd_err = spawn(stdin, limits, become_program)
-    wait_status, seconds = wait(pid, time_limit, request.get("contained", False))
+    pid, fd_out, fd_err, feeder = spawn(stdin, limits, become_program, stdin_pipe=bool(grader_sources(request)))
+    wait_status, seconds = wait(pid, time_limit, request.get("contained", False), cpu_seconds=time_limit)
+    stop_feeder(feeder)
     stderr = read_back(fd_err, 1 << 20)
     status, exit_code, sig = classify(wait_status, stderr)
     if sig == SIGXFSZ:
@@ -256,34 +340,133 @@ def encode_line(item):
     return f'{{"{key}": {{{", ".join(fields)}}}}}'
 
 
+def grader_sources(request):
+    """The grader's .cpp files compiled with the solution (IOI), sorted; [] for a program of its own."""
+    return sorted(n for n in request.get("files") or {} if str(n).endswith(".cpp") and n != "solution.cpp")
+
+
+def run_tool(cmd, deadline, contained, output=READ_LIMIT):
+    """Runs a compiler-side tool (g++, nm) as this unprivileged user with the compile limits, until `deadline` at
+    most. Returns (ok, stdout, stderr)."""
+    c = COMPILE_LIMITS
+
+    def become_tool(limits):
+        os.closerange(3, 65536)
+        limit(*limits)
+        os.execve(cmd[0], cmd, {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "TMPDIR": os.getcwd()})
+
+    pid, fd_out, fd_err, _ = spawn("", (c["memory_mb"], c["cpu_seconds"], c["output"], c["nproc"]), become_tool)
+    wait_status, _ = wait(pid, max(0.0, deadline - time.monotonic()), contained)
+    stdout, stderr = read_back(fd_out, output), read_back(fd_err, READ_LIMIT)
+    os.close(fd_out)
+    os.close(fd_err)
+    if wait_status is None:
+        stderr += "\ncompilation exceeded its time limit"
+    return wait_status is not None and os.WIFEXITED(wait_status) and os.WEXITSTATUS(wait_status) == 0, stdout, stderr
+
+
 def compile_cpp(request):
     """Compiles solution.cpp (plus grader .cpp files) as this unprivileged user, with limits; returns
     ({ok, stderr}, descriptor of the binary or None)."""
     with open("solution.cpp", "w") as f:
         f.write(request["code"])
-    graders = sorted(n for n in request.get("files") or {} if n.endswith(".cpp") and n != "solution.cpp")
-    cmd = [COMPILER, "-O2", "-std=c++17", "-o", "solution", "solution.cpp", *graders]
-    c = COMPILE_LIMITS
-
-    def become_compiler(limits):
-        os.closerange(3, 65536)
-        limit(*limits)
-        os.execve(cmd[0], cmd, {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "TMPDIR": os.getcwd()})
-
-    pid, fd_out, fd_err = spawn("", (c["memory_mb"], c["cpu_seconds"], c["output"], c["nproc"]), become_compiler)
-    wait_status, _ = wait(pid, c["wall_seconds"], request.get("contained", False))
-    stderr = read_back(fd_err, READ_LIMIT) + read_back(fd_out, 1000)
-    os.close(fd_out)
-    os.close(fd_err)
-    ok = wait_status is not None and os.WIFEXITED(wait_status) and os.WEXITSTATUS(wait_status) == 0
-    if wait_status is None:
-        stderr += "\ncompilation exceeded its time limit"
+    graders = grader_sources(request)
+    deadline = time.monotonic() + COMPILE_LIMITS["wall_seconds"]
+    contained = request.get("contained", False)
+    if graders:
+        ok, stderr = compile_with_grader(graders, deadline, contained)
+    else:
+        ok, stdout, stderr = run_tool([COMPILER, "-O2", "-std=c++17", "-o", "solution", "solution.cpp"], deadline,
+                                      contained)
+        stderr += stdout[:1000]
     if not ok:
         return {"ok": False, "stderr": stderr[-READ_LIMIT:]}, None
     try:
         return {"ok": True, "stderr": stderr[-READ_LIMIT:]}, os.open("solution", os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as e:
         return {"ok": False, "stderr": f"no binary: {e}"}, None
+
+
+# IOI's function-call graders run in the solution's process: the grader's main() reads the hidden test and calls the
+# solution's functions directly, sharing its memory. Running them in two processes would need a stub per problem
+# that forwards each call (IOI's own "manager" tasks do that; open-r1/ioi's graders do not), so this is not done
+# generically. What is done: the solution is compiled alone and refused (a compile error: wrong) when it defines a
+# symbol the C/C++ libraries or the grader define (its own `puts` would replace the grader's), or refers to the
+# grader's data (its globals holding the answer); the grader is linked first and the binary stripped; stdin is a
+# pipe (see `stdin_source`). Left open: a solution that reads or patches the grader's memory at run time (scanning
+# its own address space, mprotect on the GOT) is not detected in one process.
+LIBRARIES = ("libc.so.6", "libm.so.6", "libstdc++.so.6", "libgcc_s.so.1")
+WEAK = ("W", "V", "w", "v", "u")
+DATA = ("B", "b", "D", "d", "R", "r", "G", "g", "S", "s", "C", "V", "v", "u")
+NM_OUTPUT = 16 << 20
+
+
+def compile_with_grader(graders, deadline, contained):
+    """(ok, stderr): the solution and each grader compiled to objects, the solution's symbols checked against the
+    libraries' and the grader's (`symbol_conflict`), then linked with the grader first and stripped."""
+    base = [COMPILER, "-O2", "-std=c++17", "-c"]
+    objects = [f"r1kit-grader-{i}.o" for i in range(len(graders))]
+    for source, obj in [("solution.cpp", "r1kit-solution.o"), *zip(graders, objects)]:
+        ok, stdout, stderr = run_tool([*base, source, "-o", obj], deadline, contained)
+        if not ok:
+            return False, stderr + stdout[:1000]
+    tables = {}
+    for name, args in [("solution", ["r1kit-solution.o"]), ("grader", objects),
+                       *[(lib, ["-D", library_path(lib, deadline, contained)]) for lib in LIBRARIES]]:
+        ok, stdout, stderr = run_tool(["/usr/bin/nm", "-P", "-g", *args], deadline, contained, NM_OUTPUT)
+        if not ok and name in ("solution", "grader"):
+            return False, "could not read the symbols of the compiled objects: " + stderr
+        tables[name] = symbol_table(stdout)
+    conflict = symbol_conflict(tables)
+    if conflict:
+        return False, conflict
+    ok, stdout, stderr = run_tool([COMPILER, "-s", "-o", "solution", *objects, "r1kit-solution.o"], deadline, contained)
+    return ok, stderr + stdout[:1000]
+
+
+def library_path(name, deadline, contained):
+    ok, stdout, _ = run_tool([COMPILER, f"-print-file-name={name}"], deadline, contained)
+    return stdout.strip() if ok and stdout.strip() else name
+
+
+def symbol_table(nm_output):
+    """{name: type letter} from `nm -P` output (a library's symbol versions dropped). A name with odd characters
+    maps to "?" (always a conflict)."""
+    table = {}
+    for line in nm_output.splitlines():
+        fields = line.split()
+        if len(fields) < 2 or (fields[0].endswith(":") and len(fields) == 1):
+            continue
+        if len(fields) > 4 or len(fields[1]) != 1:
+            table[line] = "?"
+            continue
+        table[fields[0].split("@", 1)[0]] = fields[1]
+    return table
+
+
+def symbol_conflict(tables):
+    """Why the solution may not be linked with its grader, or None. Refused: a global symbol the solution defines
+    that libc, libm or libgcc define, that libstdc++ defines strongly (weak template code from the headers is
+    shared, as in any program), or that the grader defines unless both are weak (the same inline code); and a
+    reference to data the grader defines."""
+    solution, grader = tables["solution"], tables["grader"]
+    for name, kind in sorted(solution.items()):
+        if kind == "?":
+            return f"refused: the solution defines an unreadable symbol {name[:80]!r}"
+        if kind in ("U", "w", "v"):
+            if grader.get(name, "U") in DATA:
+                return f"refused: the solution refers to the grader's data {name!r}"
+            continue
+        weak = kind in WEAK
+        for lib in ("libc.so.6", "libm.so.6", "libgcc_s.so.1"):
+            if tables.get(lib, {}).get(name, "U") != "U":
+                return f"refused: the solution defines {name!r}, which {lib} defines (it would replace the grader's)"
+        if tables.get("libstdc++.so.6", {}).get(name, "U") not in ("U", *WEAK) or (
+                not weak and tables.get("libstdc++.so.6", {}).get(name, "U") != "U"):
+            return f"refused: the solution defines {name!r}, which libstdc++ defines"
+        if grader.get(name, "U") != "U" and not (weak and grader[name] in WEAK):
+            return f"refused: the solution defines {name!r}, which the grader defines"
+    return None
 
 
 def write_files(files):
