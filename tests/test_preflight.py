@@ -50,13 +50,23 @@ def test_use_vllm_without_gpu(monkeypatch):
         preflight.check_machine(training(use_vllm=True), model())
 
 
-def test_vllm_cpu_build_colocates_without_a_gpu_and_refuses_server_mode(monkeypatch):
+def free_port() -> int:
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+    probe.close()  # nothing listens there now
+    return port
+
+
+def test_vllm_cpu_build_colocates_without_a_gpu_and_waits_for_its_server(monkeypatch):
     monkeypatch.setattr(preflight, "installed", lambda m: True)
     monkeypatch.setattr(preflight, "has_cuda", lambda: False)
     monkeypatch.setattr(preflight, "vllm_is_cpu_build", lambda: True)
-    preflight.check_machine(training(use_vllm=True, vllm_mode="colocate"), model())
-    with raises_naming("vllm_mode", "colocate"):
-        preflight.check_machine(training(use_vllm=True, vllm_mode="server"), model())
+    preflight.check_machine(training(use_vllm=True, vllm_mode="colocate", vllm_gpu_memory_utilization=0.0), model())
+    port = free_port()
+    with raises_naming(f"127.0.0.1:{port}", "r1kit vllm-serve"):  # server mode: no GPU needed, a server is
+        preflight.check_machine(training(use_vllm=True, vllm_mode="server", vllm_server_port=port), model(),
+                                server_wait=0.1)
 
 
 @pytest.mark.parametrize("utilisation", [0.0, 1.0, 1.5, -0.2])
@@ -68,12 +78,9 @@ def test_colocate_memory_utilisation_out_of_range(gpu_and_vllm, utilisation):
 
 @pytest.mark.slow
 def test_unreachable_vllm_server_fails_after_a_bounded_wait(gpu_and_vllm):
-    probe = socket.socket()
-    probe.bind(("127.0.0.1", 0))
-    port = probe.getsockname()[1]
-    probe.close()  # nothing listens there now
+    port = free_port()
     start = time.monotonic()
-    with pytest.raises(ConfigError, match=f"no vLLM server answered at 127.0.0.1:{port} within 1 s.*trl vllm-serve"):
+    with pytest.raises(ConfigError, match=f"no vLLM server answered at 127.0.0.1:{port} within 1 s.*vllm-serve"):
         preflight.check_machine(training(use_vllm=True, vllm_mode="server", vllm_server_port=port), model(), server_wait=1.0)
     assert time.monotonic() - start < 5
 

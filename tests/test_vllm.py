@@ -163,3 +163,51 @@ def test_heldout_accuracy_generates_with_the_colocated_engine_at_the_current_wei
     # Greedy on the trained weights: each token the engine chose is the trainer's best, up to kernel differences
     # (stale weights after two steps at this learning rate put gaps near 1).
     assert max(checked["gaps"]) < LOGP_TOLERANCE, checked
+
+
+def wait_for_health(url: str, server: subprocess.Popen, timeout: float) -> None:
+    import time
+    import urllib.request
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert server.poll() is None, "the server exited"
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            time.sleep(1)
+    raise AssertionError(f"no answer from {url} in {timeout} s")
+
+
+def test_server_mode_on_the_cpu_build_trains_from_the_updated_weights(tmp_path, vllm_model_dir, flat_data):
+    """`r1kit vllm-serve` starts the server; the trainer pushes weights through files and the server's reload endpoint
+    (no NCCL), so the server's log-probabilities match the trainer's at every step."""
+    import signal
+    import socket
+
+    from r1kit.machine import vllm_is_cpu_build
+
+    if not vllm_is_cpu_build():
+        pytest.skip("server mode over files is the CPU build's path (a CUDA build pushes weights over NCCL)")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    server = subprocess.Popen([sys.executable, "-m", "r1kit.vllm_serve", "--model", str(vllm_model_dir), "--port",
+                               str(port), "--host", "127.0.0.1", "--max-model-len", "128"], cwd=ROOT, env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        wait_for_health(f"http://127.0.0.1:{port}/health", server, timeout=300)
+        steps = grpo(tmp_path, vllm_model_dir, flat_data, tmp_path / "out", max_steps=3, vllm_mode="server",
+                     vllm_server_host="127.0.0.1", vllm_server_port=port)
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait(timeout=30)
+    assert [s["step"] for s in steps] == [1, 2, 3]
+    assert_engine_follows_the_policy(steps)

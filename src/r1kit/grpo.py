@@ -189,7 +189,10 @@ def startup_summary(script_args, training_args, model_args, trainer, dataset, ch
 def vllm_line(args: GRPOConfig, start_seconds: float | None, heldout_shares: bool = False) -> str:
     """The start-up line for vLLM generation: where it runs, its KV cache, how long the engine took to start, and
     whether held-out accuracy generates with the same engine (`heldout_shares`)."""
-    if vllm_is_cpu_build():
+    if vllm_is_cpu_build() and args.vllm_mode == "server":
+        cache = "the server's"
+        where = "server, vLLM CPU build; weights written to a folder and reloaded by the server after every optimizer step"
+    elif vllm_is_cpu_build():
         cache = f"KV cache {os.environ.get('VLLM_CPU_KVCACHE_SPACE', '?')} GiB (VLLM_CPU_KVCACHE_SPACE)"
         where = "colocated, vLLM CPU build; weights reloaded after every optimizer step"
     elif args.vllm_mode == "colocate":

@@ -180,11 +180,10 @@ def check_vllm(training_args: GRPOConfig, server_wait: float | None = None) -> N
         raise ConfigError("use_vllm: true needs vLLM: pip install 'r1kit[vllm]' (on a CUDA machine; on a CPU machine "
                           "the vLLM CPU build, see the README), or set use_vllm: false")
     if vllm_is_cpu_build():
-        if training_args.vllm_mode == "server":
-            raise ConfigError("vllm_mode: server needs a CUDA build of vLLM (its weight transfer uses NCCL); with the "
-                              "vLLM CPU build use vllm_mode: colocate")
-        return  # colocated on CPU: r1kit's trainer reloads the weights through vLLM's own API (r1kit.trainer)
-    if not has_cuda():
+        if training_args.vllm_mode == "colocate":
+            return  # r1kit's trainer reloads the weights through vLLM's own API (r1kit.trainer)
+        # server mode: the weights go through files and the server's reload endpoint (r1kit.trainer); check it answers
+    elif not has_cuda():
         raise ConfigError("use_vllm: true needs a CUDA GPU and none was found (or the vLLM CPU build); set "
                           "use_vllm: false to generate with transformers")
     if training_args.vllm_mode == "colocate":
@@ -199,8 +198,8 @@ def check_vllm(training_args: GRPOConfig, server_wait: float | None = None) -> N
     wait = min(float(training_args.vllm_server_timeout), 240.0) if server_wait is None else server_wait
     if not wait_for_server(host, port, wait):
         raise ConfigError(
-            f"no vLLM server answered at {host}:{port} within {wait:.0f} s. Start one first (e.g. "
-            "`CUDA_VISIBLE_DEVICES=0 trl vllm-serve --model MODEL`), point vllm_server_host/port or "
+            f"no vLLM server answered at {host}:{port} within {wait:.0f} s. Start one first (`r1kit vllm-serve "
+            "--model MODEL`, which runs `trl vllm-serve` on a CUDA build), point vllm_server_host/port or "
             "vllm_server_base_url at it, or use vllm_mode: colocate"
         )
 

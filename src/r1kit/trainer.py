@@ -39,11 +39,13 @@ not trained), `sampling/surplus_groups_dropped` (groups with signal beyond a ful
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
 import math
 import os
+import tempfile
 import time
 from pathlib import Path
 
@@ -64,14 +66,13 @@ logger = logging.getLogger(__name__)
 DEFAULT_CPU_KVCACHE_GIB = 1  # VLLM_CPU_KVCACHE_SPACE when the environment leaves it unset (vLLM's own is 4 GiB)
 
 
-def reload_vllm_weights(generation) -> None:
-    """Pushes the policy's current weights into a colocated vLLM engine through vLLM's `reload_weights` (the CPU
-    backend's path: it restores each layer's parameters, loads and repacks). `generation` is TRL's
-    `VLLMGeneration`; its parameter walk handles PEFT (adapters merged for the copy), DeepSpeed and FSDP, and names
-    the weights as vLLM expects.
+def policy_weights(generation) -> list[tuple[str, torch.Tensor]]:
+    """The policy's current weights, named as vLLM expects, as copies. `generation` is TRL's `VLLMGeneration`; its
+    parameter walk handles PEFT (adapters merged for the copy), DeepSpeed and FSDP (a collective: every process
+    walks).
 
-    A tied output head is sent explicitly: reloading repacks `lm_head` from its own entry, so leaving it out (as a
-    tied model's parameter list does) keeps a stale head that mixes old and new weights.
+    A tied output head is listed explicitly: vLLM's reload repacks `lm_head` from its own entry, so leaving it out
+    (as a tied model's parameter list does) keeps a stale head that mixes old and new weights.
     """
     weights = [(name, tensor.detach().clone()) for name, tensor in generation._iter_named_params()]  # (merged copies)
     names = {name for name, _ in weights}
@@ -79,10 +80,50 @@ def reload_vllm_weights(generation) -> None:
     if getattr(config, "tie_word_embeddings", False) and "lm_head.weight" not in names:
         embedding = next((t for n, t in weights if n.endswith("embed_tokens.weight")), None)
         if embedding is not None:
-            weights.append(("lm_head.weight", embedding))
+            weights.append(("lm_head.weight", embedding.clone()))
+    return weights
+
+
+def reload_vllm_weights(generation) -> None:
+    """Pushes the policy's current weights into a colocated vLLM engine through vLLM's `reload_weights` (the CPU
+    backend's path: it restores each layer's parameters, loads and repacks)."""
+    weights = policy_weights(generation)
     generation.llm.collective_rpc("reload_weights",
                                   kwargs={"weights_iterator": iter(weights), "is_checkpoint_format": True})
     generation.llm.reset_prefix_cache()
+
+
+def push_weights_through_files(generation, folder: Path) -> None:
+    """Server mode without NCCL (vLLM's CPU build): every process walks the weights, the main one writes them as
+    safetensors into `folder` and asks the server to reload from there (`POST /collective_rpc reload_weights`, one
+    of vLLM's development endpoints, so the server runs with VLLM_SERVER_DEV_MODE=1), then resets its prefix cache.
+    The server must read `folder`: it runs on this machine or shares the file system."""
+    from safetensors.torch import save_file
+
+    if not generation.accelerator.is_main_process:
+        for _ in generation._iter_named_params():  # take part in the gathers (ZeRO-3, FSDP)
+            pass
+        return
+    weights = policy_weights(generation)
+    save_file({name: tensor.contiguous() for name, tensor in weights}, str(folder / "model.safetensors"))
+    client = generation.vllm_client
+    client._post(f"{client.base_url}/collective_rpc",
+                 json={"method": "reload_weights", "kwargs": {"weights_path": str(folder)}})
+    client.reset_prefix_cache()
+
+
+@contextlib.contextmanager
+def no_nccl_communicator():
+    """While TRL builds its server client: skip the NCCL communicator it opens (CUDA only). Weights then go through
+    files (`push_weights_through_files`); the client's HTTP generation is TRL's, unchanged."""
+    from trl.generation.vllm_client import VLLMClient
+
+    original = VLLMClient.init_communicator
+    VLLMClient.init_communicator = lambda self, device=0: None
+    try:
+        yield
+    finally:
+        VLLMClient.init_communicator = original
 
 
 class ColocatedEngine:
@@ -168,17 +209,23 @@ class R1Trainer(GRPOTrainer):
                  **kwargs):
         config = kwargs.get("args")
         cpu_vllm = bool(config is not None and config.use_vllm and vllm_is_cpu_build())
-        if cpu_vllm:  # the engine must live in this process: its reload API takes an iterator of tensors
+        cpu_server = cpu_vllm and config.vllm_mode == "server"
+        if cpu_vllm and not cpu_server:  # the engine must live in this process: its reload API takes tensors
             os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
             os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(DEFAULT_CPU_KVCACHE_GIB))
         start = time.monotonic()
-        super().__init__(*args, **kwargs)
+        with no_nccl_communicator() if cpu_server else contextlib.nullcontext():
+            super().__init__(*args, **kwargs)
         self.vllm_start_seconds = time.monotonic() - start if self.use_vllm else None
-        if cpu_vllm:
-            # TRL's colocated sync calls the vLLM model's `load_weights`, which the CPU backend breaks (it repacks
-            # every linear layer's weight after loading and drops the parameter's loader): sync through vLLM's
-            # own layer-by-layer `reload_weights` instead. The instance attribute replaces TRL's method for this
-            # trainer only; TRL calls it after every optimizer step, as before.
+        # On the CPU build, TRL's weight sync cannot run: colocated, it calls the vLLM model's `load_weights`, which
+        # the CPU backend breaks (it repacks every linear layer's weight after loading and drops the parameter's
+        # loader); in server mode it broadcasts over NCCL. Both go through vLLM's own `reload_weights` instead. The
+        # instance attribute replaces TRL's method for this trainer only; TRL calls it after every optimizer step.
+        if cpu_server:
+            self._weights_folder = tempfile.TemporaryDirectory(prefix="r1kit-vllm-weights-")  # removed with the trainer
+            self.vllm_generation.sync_weights = functools.partial(
+                push_weights_through_files, self.vllm_generation, Path(self._weights_folder.name))
+        elif cpu_vllm:
             self.vllm_generation.sync_weights = functools.partial(reload_vllm_weights, self.vllm_generation)
         self.colocated_engine = self._colocated_engine()  # None, or the engine the held-out callback shares
         self.reward_listeners = list(reward_listeners or [])
