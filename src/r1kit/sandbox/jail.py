@@ -363,11 +363,13 @@ class Finished:
 
 
 def collect(proc: subprocess.Popen, stdin: bytes, timeout: float, max_stdout: int, max_stderr: int = 64 << 10,
-            on_compiled=None) -> Finished:
+            on_compiled=None, on_line=None) -> Finished:
     """Feeds `stdin` and reads stdout and stderr until the process ends, at most `timeout` seconds and `max_stdout` /
     `max_stderr` bytes: past either, the whole process group is killed (a jail cannot make the trainer wait or hold
     memory beyond what its tests may legitimately print). `on_compiled()` is called once the harness reports its
-    compile, before any test runs."""
+    compile, before any test runs. With `on_line(bytes) -> bool`, each complete stdout line is handed over as it
+    arrives and not kept (the reader stops the jail by returning False); `Finished.stdout` is then the unfinished
+    last line, and `max_stdout` also bounds that line."""
 
     def feed():
         try:
@@ -381,6 +383,7 @@ def collect(proc: subprocess.Popen, stdin: bytes, timeout: float, max_stdout: in
     chunks = {proc.stdout: [], proc.stderr: []}
     sizes = {proc.stdout: 0, proc.stderr: 0}
     limits = {proc.stdout: max_stdout, proc.stderr: max_stderr}
+    lines = _LineSplitter(on_line, on_compiled) if on_line else None
     stopped = None
     deadline = time.monotonic() + timeout
     with selectors.DefaultSelector() as selector:
@@ -400,6 +403,11 @@ def collect(proc: subprocess.Popen, stdin: bytes, timeout: float, max_stdout: in
                 if sizes[key.fileobj] > limits[key.fileobj]:
                     stopped = "output"
                     break
+                if lines is not None and key.fileobj is proc.stdout:
+                    if not lines.add(data):
+                        stopped = "output"
+                        break
+                    continue
                 chunks[key.fileobj].append(data)
                 if on_compiled is not None and key.fileobj is proc.stdout and b'{"compile"' in b"".join(chunks[proc.stdout][-2:]):
                     on_compiled()
@@ -414,7 +422,29 @@ def collect(proc: subprocess.Popen, stdin: bytes, timeout: float, max_stdout: in
         code = None
     for stream in (proc.stdout, proc.stderr):
         stream.close()
-    return Finished(None if stopped else code, b"".join(chunks[proc.stdout]), b"".join(chunks[proc.stderr]), stopped)
+    stdout = bytes(lines.pending) if lines is not None else b"".join(chunks[proc.stdout])
+    return Finished(None if stopped else code, stdout, b"".join(chunks[proc.stderr]), stopped)
+
+
+class _LineSplitter:
+    """Cuts a stream into lines as it arrives and hands each to `on_line`; holds only the unfinished one."""
+
+    def __init__(self, on_line, on_compiled):
+        self.on_line, self.on_compiled = on_line, on_compiled
+        self.pending = bytearray()
+
+    def add(self, data: bytes) -> bool:
+        start = len(self.pending)
+        self.pending += data
+        while (end := self.pending.find(b"\n", start)) >= 0:
+            line, self.pending = self.pending[:end], self.pending[end + 1 :]  # the old buffer goes at once
+            start = 0
+            if self.on_compiled is not None and line.startswith(b'{"compile"'):
+                self.on_compiled()
+                self.on_compiled = None
+            if not self.on_line(line):
+                return False
+        return True
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
@@ -426,10 +456,12 @@ def _kill_group(proc: subprocess.Popen) -> None:
 
 def run_in_jail(args: list[str], stdin: bytes, timeout: float, tmp_bytes: int = 64 << 20,
                 memory_bytes: int | None = None, max_processes: int = 64, max_stdout: int = 1 << 30,
-                memory_after_compile: int | None = None, read_only: dict[str, str] | None = None) -> Finished:
+                memory_after_compile: int | None = None, read_only: dict[str, str] | None = None,
+                on_line=None) -> Finished:
     """Runs the base interpreter with `args` in a fresh jail, at most `timeout` seconds and `max_stdout` bytes of
     output. As root, where cgroups are usable, the jail's whole tree is capped at `memory_bytes` (processes and its
-    tmpfs together) and `max_processes` + 8 processes. `read_only` maps host folders to jail paths (read-only)."""
+    tmpfs together) and `max_processes` + 8 processes. `read_only` maps host folders to jail paths (read-only).
+    `on_line` reads stdout line by line as it arrives (see `collect`)."""
     cgroups = create_cgroups(f"r1kit-{os.getpid()}-{uuid.uuid4().hex[:12]}", memory_bytes, max_processes + 8) if memory_bytes else []
     try:
         fd = _seccomp_fd()
@@ -444,7 +476,7 @@ def run_in_jail(args: list[str], stdin: bytes, timeout: float, tmp_bytes: int = 
         if cgroups and memory_after_compile:  # the compiler's allowance ends with the compile: tests get the program's
             def lower():
                 set_memory_cap(cgroups, memory_after_compile)
-        return collect(proc, stdin, timeout, max_stdout, on_compiled=lower)
+        return collect(proc, stdin, timeout, max_stdout, on_compiled=lower, on_line=on_line)
     finally:
         remove_cgroups(cgroups)
 

@@ -30,10 +30,10 @@ from r1kit.sandbox.program import (
     SANDBOX_ERROR,
     NoReply,
     Program,
+    ReplyReader,
     TestResult,
     harness_request,
     harness_source,
-    parse_reply,
     program_budget,
 )
 
@@ -103,26 +103,28 @@ class LocalProvider:
         budget = program_budget(program, STARTUP_SECONDS, COMPILE_SECONDS)
         stdin = marshal.dumps(request)
         limit = reply_limit(program, self.max_output)
+        reader = ReplyReader(program)  # judges each line as it arrives: the trainer never holds the whole reply
         try:
             if self.isolate:
                 tmp_bytes = (program.memory_mb - request["memory_mb"]) << 20
                 # the harness, bwrap and (for C++, until it has compiled) the compiler live in the same cap as the program
                 memory = (program.memory_mb + JAIL_OVERHEAD_MB) << 20
                 compile_memory = (max(program.memory_mb, COMPILER_MB) + JAIL_OVERHEAD_MB) << 20
-                if program.language == "cpp":
-                    done = run_in_jail(["-c", harness_source()], stdin, budget, tmp_bytes, compile_memory,
-                                       self.max_processes, limit, memory_after_compile=memory)
-                else:
-                    done = run_in_jail(["-c", harness_source()], stdin, budget, tmp_bytes, memory, self.max_processes, limit)
+                cpp = program.language == "cpp"
+                done = run_in_jail(["-c", harness_source()], stdin, budget, tmp_bytes, compile_memory if cpp else memory,
+                                   self.max_processes, limit, memory_after_compile=memory if cpp else None,
+                                   on_line=reader.feed)
             else:
                 proc = subprocess.Popen([sys.executable, "-I", "-S", "-c", harness_source()], stdin=subprocess.PIPE,
                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd="/", start_new_session=True,
                                         env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"})
-                done = collect(proc, stdin, budget, limit)
+                done = collect(proc, stdin, budget, limit, on_line=reader.feed)
         except OSError as e:
             return self._failed(program, f"could not start the jail: {e}")
+        if done.stdout:  # an unfinished last line: malformed, so the program's doing once the harness was ready
+            reader.feed(done.stdout)
         try:  # stopped or not: decided by whether the harness got ready
-            return parse_reply(program, done.stdout.decode("utf-8", "replace").splitlines())
+            return reader.results()
         except NoReply:  # the jail or the harness never started
             why = done.stderr.decode("utf-8", "replace").strip()[-500:] or f"exit code {done.code}"
             return self._failed(program, f"the jail did not start: {why}")

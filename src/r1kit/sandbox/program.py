@@ -136,7 +136,7 @@ class NoReply(ValueError):
     """The harness never said `ready`: the sandbox itself failed (an infrastructure failure)."""
 
 
-def _load_line(line: str) -> Any:
+def _load_line(line: str | bytes) -> Any:
     if len(line) > MAX_REPLY_LINE:
         return None
     try:
@@ -148,40 +148,75 @@ def _load_line(line: str) -> Any:
 MAX_REPLY_LINE = 96 << 20  # a test's stdout and stderr at their limits, in base64
 
 
-def parse_reply(program: Program, lines: list[str]) -> list[TestResult]:
-    """Judged results from the harness's reply lines (see `scripts/harness.py`).
+JUDGED_STDOUT_KEPT = 4096  # chars of a test's stdout kept once judged against an expected output (for reports)
 
-    Raises NoReply when the harness never said `ready` (the sandbox itself failed: an infrastructure failure).
-    After `ready`, a reply that is cut short or malformed in any way is the program's doing: the tests without a
-    valid result are runtime errors, never a sandbox error, and nothing in a line can make this raise."""
-    parsed, ready = [], False
-    for line in lines:
+
+class ReplyReader:
+    """Reads the harness's reply line by line as it arrives (see `scripts/harness.py`) and judges each test at once,
+    so that the trainer holds one line at a time, not the whole reply: a test's stdout is cut to
+    `JUDGED_STDOUT_KEPT` once judged against an expected output, and kept whole only where a checker needs it.
+
+    `feed(line)` returns False once nothing more is wanted (every test has its result, or the reply went wrong).
+    `results()` raises NoReply when the harness never said `ready` (the sandbox itself failed: an infrastructure
+    failure). After `ready`, a reply that is cut short or malformed in any way is the program's doing: the tests
+    without a valid result are runtime errors, never a sandbox error, and nothing in a line can make this raise."""
+
+    def __init__(self, program: Program):
+        self.program = program
+        self.ready = False
+        self.awaiting_compile = program.language == "cpp"  # C++: the compile line comes first
+        self.compiled: TestResult | None = None  # a compile error, which every test gets
+        self.judged: list[TestResult] = []
+        self.broken = False
+
+    def feed(self, line: str | bytes) -> bool:
         item = _load_line(line)
-        if not ready:
-            ready = isinstance(item, dict) and item.get("ready") is True
-            continue
-        parsed.append(item)
-    if not ready:
-        raise NoReply("no ready line from the sandbox harness")
-    results: list[TestResult] = []
-    items = iter(parsed)
-    if program.language == "cpp":
-        compiled = next(items, None)
+        if not self.ready:
+            self.ready = isinstance(item, dict) and item.get("ready") is True
+            return True
+        if self.broken or self.compiled is not None or len(self.judged) == len(self.program.inputs):
+            return False
+        if self.awaiting_compile:
+            self.awaiting_compile = False
+            return self._compile_line(item)
         try:
-            if compiled["compile"]["ok"] is not True:
-                stderr = _text64(compiled["compile"]["stderr64"])
-                return [TestResult(COMPILE_ERROR, stderr=stderr) for _ in program.inputs]
+            result = _result_line(item)
         except Exception:  # noqa: BLE001 - malformed: the program's doing
-            return [TestResult(RUNTIME_ERROR, stderr=CUT_SHORT) for _ in program.inputs]
-    for item in items:
-        if len(results) == len(program.inputs):
-            break
+            self.broken = True
+            return False
+        expected = self.program.expected[len(self.judged)]
+        result = judge(result, expected)
+        if expected is not None:
+            result.stdout = result.stdout[:JUDGED_STDOUT_KEPT]
+        self.judged.append(result)
+        return len(self.judged) < len(self.program.inputs)
+
+    def _compile_line(self, item: Any) -> bool:
         try:
-            results.append(_result_line(item))
+            if item["compile"]["ok"] is True:
+                return True
+            self.compiled = TestResult(COMPILE_ERROR, stderr=_text64(item["compile"]["stderr64"]))
         except Exception:  # noqa: BLE001 - malformed: the program's doing
+            self.broken = True
+        return False
+
+    def results(self) -> list[TestResult]:
+        if not self.ready:
+            raise NoReply("no ready line from the sandbox harness")
+        if self.compiled is not None:
+            return [TestResult(COMPILE_ERROR, stderr=self.compiled.stderr) for _ in self.program.inputs]
+        missing = len(self.program.inputs) - len(self.judged)
+        return self.judged + [TestResult(RUNTIME_ERROR, stderr=CUT_SHORT) for _ in range(missing)]
+
+
+def parse_reply(program: Program, lines: list[str]) -> list[TestResult]:
+    """Judged results from the harness's reply lines, all at hand (see `ReplyReader`, which reads them as they
+    come). Raises NoReply when the harness never said `ready`."""
+    reader = ReplyReader(program)
+    for line in lines:
+        if not reader.feed(line):
             break
-    results += [TestResult(RUNTIME_ERROR, stderr=CUT_SHORT) for _ in range(len(program.inputs) - len(results))]
-    return [judge(r, expected) for r, expected in zip(results, program.expected)]
+    return reader.results()
 
 
 def program_budget(program: Program, startup: float = 15.0, compile_seconds: float = 60.0) -> float:
