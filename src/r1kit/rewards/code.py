@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import reprlib
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -48,12 +49,30 @@ class BadRow(ValueError):
     """A dataset row the reward cannot judge; the message names the problem."""
 
 
+# What a row may ask for. A row is data, not code, but a malformed or absurd one must not raise, hang or balloon
+# the reward: past these bounds the row scores None (counted, named once), never clamped in silence.
+MAX_TIME_LIMIT = 30.0  # seconds per test (Codeforces' longest is 15 s): a looping answer costs at most this per test
+MIN_MEMORY_MB, MAX_MEMORY_MB = 32, 8192  # memory_limit, in MB (IOI's largest is 2048)
+MAX_TESTS = 4096  # tests one row may run per answer
+
+_SHORT = reprlib.Repr()
+_SHORT.maxlevel, _SHORT.maxstring, _SHORT.maxother = 3, 60, 60
+
+
+def short(value: Any) -> str:
+    """A bounded repr of a row value for a message: never deep (no RecursionError), never long, never raising."""
+    try:
+        return _SHORT.repr(value)
+    except Exception:  # noqa: BLE001 - e.g. an int past Python's digit limit: its type says enough
+        return f"<{type(value).__name__}>"
+
+
 def as_mapping(value: Any, column: str = "verification_info") -> dict:
     if isinstance(value, str):
         try:
             value = json.loads(value)
-        except ValueError:
-            raise BadRow(f"{column} is a string that is not JSON") from None
+        except (ValueError, RecursionError):  # RecursionError: nested past what the parser follows
+            raise BadRow(f"{column} is a string that is not JSON (or is nested too deeply)") from None
     if not isinstance(value, dict):
         raise BadRow(f"{column} must be a mapping (or a JSON object), got {type(value).__name__}")
     return value
@@ -67,21 +86,43 @@ def text_field(case: Any, key: str, where: str) -> str:
     value = case.get(key)
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
         raise BadRow(f"{where} has no usable {key!r} (got {type(value).__name__})")
-    return str(value)
+    try:
+        return str(value)
+    except ValueError:  # an int past Python's digit limit
+        raise BadRow(f"{where}: its {key!r} is a number too long to print") from None
 
 
-def positive_number(value: Any, name: str, default: float) -> float:
+def bounded_number(value: Any, name: str, default: float, low: float, high: float, unit: str) -> float:
+    """A row's number, positive and in [low, high] (`default` when absent); anything else (a string, NaN, 0, 1e9) is a
+    BadRow."""
     if value is None:
         return default
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or value != value:
-        raise BadRow(f"{name} must be a positive number, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (value > 0 and low <= value <= high):
+        raise BadRow(f"{name} must be a positive number of {unit}, at most {high:g}"
+                     f"{f' and at least {low:g}' if low > 0 else ''}, got {short(value)}")  # NaN fails the test too
     return float(value)
+
+
+def time_limit(value: Any, default: float) -> float:
+    """A row's `time_limit` in seconds per test, at most MAX_TIME_LIMIT (a larger one is likely milliseconds)."""
+    return bounded_number(value, "time_limit", default, 0.0, MAX_TIME_LIMIT, "seconds per test (not milliseconds)")
+
+
+def memory_limit(value: Any, default: int) -> int:
+    """A row's `memory_limit` in MB, from MIN_MEMORY_MB to MAX_MEMORY_MB (0.5 is likely gigabytes)."""
+    return int(bounded_number(value, "memory_limit", default, MIN_MEMORY_MB, MAX_MEMORY_MB, "MB"))
+
+
+def bounded_tests(cases: list, where: str = "the row") -> list:
+    if len(cases) > MAX_TESTS:
+        raise BadRow(f"{where} has {len(cases)} tests, more than the {MAX_TESTS} one answer may run")
+    return cases
 
 
 def known_language(value: Any, default: str) -> str:
     language = normalise_language(value if isinstance(value, str) else None, default)
     if value is not None and not isinstance(value, str) or language not in LANGUAGES:
-        raise BadRow(f"unknown language {value!r}; supported: {', '.join(LANGUAGES)}")
+        raise BadRow(f"unknown language {short(value)}; supported: {', '.join(LANGUAGES)}")
     return language
 
 
@@ -94,16 +135,22 @@ def test_cases_program(info: Any, text: str, default_language: str) -> Program:
     cases = info.get("test_cases")
     if not isinstance(cases, list) or not cases:
         raise BadRow("verification_info has no test_cases list")
+    bounded_tests(cases, "verification_info")
     for i, case in enumerate(cases):
         if isinstance(case, dict) and case.get("type", "stdin_stdout") != "stdin_stdout":
-            raise BadRow(f"test case {i} has type {case.get('type')!r}; only stdin_stdout runs")
+            raise BadRow(f"test case {i} has type {short(case.get('type'))}; only stdin_stdout runs")
     return Program(
         code=extract_code(text, language), language=language,
         inputs=[text_field(c, "input", f"test case {i}") for i, c in enumerate(cases)],
         expected=[text_field(c, "output", f"test case {i}") for i, c in enumerate(cases)],
-        time_limit=positive_number(info.get("time_limit"), "time_limit", 5.0),
-        memory_mb=int(positive_number(info.get("memory_limit"), "memory_limit", 512)),
+        time_limit=time_limit(info.get("time_limit"), 5.0),
+        memory_mb=memory_limit(info.get("memory_limit"), 512),
     )
+
+
+def unreadable(error: Exception) -> str:
+    """The problem of a row that raised something other than BadRow while it was read (a shape no check foresaw)."""
+    return f"the row could not be read ({type(error).__name__}: {short(str(error))})"
 
 
 class RowWarnings:
@@ -116,7 +163,7 @@ class RowWarnings:
     def bad(self, index: int, row: dict, problem: str) -> None:
         if problem not in self.seen:
             self.seen.add(problem)
-            ident = next((f" ({k} {row[k]!r})" for k in ("id", "problem_id", "name") if isinstance(row, dict) and k in row), "")
+            ident = next((f" ({k} {short(row[k])})" for k in ("id", "problem_id", "name") if isinstance(row, dict) and k in row), "")
             logger.warning("%s: row at batch position %d%s cannot be judged and scores None: %s. Fix the dataset row.",
                            self.reward, index, ident, problem)
 
@@ -147,6 +194,8 @@ def check_code_rows(reward_names: list[str], dataset, default_language: str = "p
                 unknown.setdefault(str(e), []).append(index)
             else:
                 bad.append((index, str(e)))
+        except Exception as e:  # noqa: BLE001 - no row shape may stop the run here: it scores None in training
+            bad.append((index, unreadable(e)))
     if unknown:
         problem, rows = next(iter(unknown.items()))
         raise ValueError(f"dataset: {problem} (rows {rows[:5]}{' ...' if len(rows) > 5 else ''}); remove those rows or "
@@ -227,8 +276,8 @@ def score_rows(name: str, completions: list, rows: list, warnings: RowWarnings,
                score: Callable[[Job, Tests], float], no_code: float, log_metric=None) -> list[float | None]:
     """Scores each completion against its row, with the failure policy of every code reward written once.
 
-    1. `build(text, row)` gives the sample's job; a row that cannot be judged raises `BadRow`: None, counted in
-       `rewards/<name>/bad_rows` and named once per problem in a warning.
+    1. `build(text, row)` gives the sample's job; a row that cannot be judged raises `BadRow` (any other exception is
+       taken as one too): None, counted in `rewards/<name>/bad_rows` and named once per problem in a warning.
     2. An answer without code scores `no_code` and is not run.
     3. `run(jobs)` runs the rest, all at once (so that a provider can run them side by side), and gives each job's
        tests.
@@ -245,8 +294,8 @@ def score_rows(name: str, completions: list, rows: list, warnings: RowWarnings,
     for index, (text, row) in enumerate(zip(texts(completions), rows)):
         try:
             job = build(text, row)
-        except BadRow as e:
-            warnings.bad(index, row, str(e))
+        except Exception as e:  # noqa: BLE001 - BadRow names the problem; no other row shape may raise either
+            warnings.bad(index, row, str(e) if isinstance(e, BadRow) else unreadable(e))
             bad += 1
             continue
         if job[0].code.strip():

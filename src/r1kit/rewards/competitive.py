@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 import os
 import re
 from collections.abc import Callable
@@ -22,13 +23,16 @@ from r1kit.rewards.code import (
     Job,
     RowWarnings,
     Tests,
+    bounded_tests,
     extract_code,
     known_language,
     make_provider,
-    positive_number,
+    memory_limit,
     sample_rows,
     score_rows,
+    short,
     text_field,
+    time_limit,
 )
 from r1kit.sandbox import COMPILE_ERROR, PASSED, SANDBOX_ERROR, WRONG_ANSWER, Program, ProviderName, TestResult
 
@@ -46,50 +50,77 @@ def batches(items: list, size: int) -> list[list]:
     return [items[i : i + size] for i in range(0, len(items), size)]
 
 
-def run_cases(provider, base: Program, cases: list[tuple[str, str]], batch_size: int, stop_on_failure: bool,
-              checker: Program | None = None) -> list[tuple[TestResult, float]]:
-    """(result, score in [0, 1]) per case run, in batches, stopping after a batch with a failure when asked. Without
-    a checker a test scores 1.0 when its output matches; with one, the checker's verdict decides (see
-    `check_outputs`). `base.output_file` makes the program read `input.txt` and write that file (file I/O)."""
-    scored: list[tuple[TestResult, float]] = []
-    for batch in batches(cases, batch_size):
-        file_io = base.output_file is not None
-        program = Program(
-            code=base.code, language=base.language, inputs=["" if file_io else c[0] for c in batch],
-            expected=[None if checker else c[1] for c in batch], time_limit=base.time_limit,
-            memory_mb=base.memory_mb, files=base.files, output_file=base.output_file,
-            test_files=[{"input.txt": c[0]} for c in batch] if file_io else [],
-        )
-        (results,) = provider.execute([program])
-        scores = check_outputs(provider, checker, batch, results) if checker else [float(r.passed) for r in results]
-        scored += list(zip(results, scores))
-        if any(r.status in (SANDBOX_ERROR, COMPILE_ERROR) for r in results):
+def batch_program(base: Program, batch: list[tuple[str, str]], checked: bool) -> Program:
+    """`base` with one batch of tests: stdin, or `input.txt` for a file-I/O program; the outputs are left to the
+    checker when there is one."""
+    file_io = base.output_file is not None
+    return Program(
+        code=base.code, language=base.language, inputs=["" if file_io else c[0] for c in batch],
+        expected=[None if checked else c[1] for c in batch], time_limit=base.time_limit,
+        memory_mb=base.memory_mb, files=base.files, output_file=base.output_file,
+        test_files=[{"input.txt": c[0]} for c in batch] if file_io else [],
+    )
+
+
+CaseRun = tuple[Program, list[tuple[str, str]], "Program | None"]  # an answer, its (input, output) cases, a checker
+
+
+def run_all_cases(provider, runs: list[CaseRun], batch_size: int, stop_on_failure: bool) -> list[Tests]:
+    """(result, score in [0, 1]) per case run, for every answer, in batches. Each round runs the next batch of every
+    answer still going in one `provider.execute` call, and their checkers in one more, so that the provider runs the
+    answers side by side within its own `num_parallel`, as it does for `code`. An answer stops after a batch with a
+    compile or sandbox error, or with a failure when `stop_on_failure`. Without a checker a test scores 1.0 when its
+    output matches; with one, the checker's verdict decides (see `check_outputs`)."""
+    pending = [iter(batches(cases, batch_size)) for _, cases, _ in runs]
+    scored: list[Tests] = [[] for _ in runs]
+    going = list(range(len(runs)))
+    while going:
+        current = [(i, batch) for i in going if (batch := next(pending[i], None)) is not None]
+        if not current:
             break
-        if stop_on_failure and min(scores, default=1.0) <= 0.0:
-            break
+        results = provider.execute([batch_program(runs[i][0], batch, runs[i][2] is not None) for i, batch in current])
+        scores = check_outputs(provider, [(runs[i][2], batch, r) for (i, batch), r in zip(current, results)])
+        going = []
+        for (i, _), batch_results, batch_scores in zip(current, results, scores):
+            scored[i] += list(zip(batch_results, batch_scores))
+            if any(r.status in (SANDBOX_ERROR, COMPILE_ERROR) for r in batch_results):
+                continue
+            if stop_on_failure and min(batch_scores, default=1.0) <= 0.0:
+                continue
+            going.append(i)
     return scored
 
 
-def check_outputs(provider, checker: Program, cases, results: list[TestResult]) -> list[float]:
-    """Runs the problem's checker (`checker input.txt correct_output.txt solution_output.txt`) once over every test
-    that ran cleanly; its stdout is the test's score: "1" accepts (Codeforces), a number in [0, 1] is a partial
-    score (CMS/IOI). A checker that fails makes the test wrong; a sandbox failure marks it `sandbox_error`."""
-    scores = [0.0] * len(results)
-    ran = [i for i, r in enumerate(results) if r.passed]
-    for chunk in checker_chunks(ran, [len(results[i].stdout) for i in ran]):
-        program = Program(
-            code=checker.code, language=checker.language, inputs=[""] * len(chunk), time_limit=checker.time_limit,
-            memory_mb=checker.memory_mb, argv=CHECKER_ARGS, files=checker.files,
-            test_files=[{"input.txt": cases[i][0], "correct_output.txt": cases[i][1],
-                         "solution_output.txt": results[i].stdout} for i in chunk],
-        )
-        (verdicts,) = provider.execute([program])
+Checked = tuple["Program | None", list[tuple[str, str]], list[TestResult]]  # a checker, a batch, its results
+
+
+def check_outputs(provider, batches_run: list[Checked]) -> list[list[float]]:
+    """Each test's score, for batches run side by side: without a checker, 1.0 for a test that passed; with one, the
+    problem's checker (`checker input.txt correct_output.txt solution_output.txt`), run over every test that ran
+    cleanly, all in one `provider.execute` call. Its stdout is the test's score: "1" accepts (Codeforces), a number in
+    [0, 1] is a partial score (CMS/IOI). A checker that fails makes the test wrong; a sandbox failure marks it
+    `sandbox_error`."""
+    scores = [[float(r.passed) if checker is None else 0.0 for r in results] for checker, _, results in batches_run]
+    runs: list[tuple[int, list[int], Program]] = []  # (batch, its tests in this checker run, the checker run)
+    for b, (checker, cases, results) in enumerate(batches_run):
+        if checker is None:
+            continue
+        ran = [i for i, r in enumerate(results) if r.passed]
+        for chunk in checker_chunks(ran, [len(results[i].stdout) for i in ran]):
+            runs.append((b, chunk, Program(
+                code=checker.code, language=checker.language, inputs=[""] * len(chunk), time_limit=checker.time_limit,
+                memory_mb=checker.memory_mb, argv=CHECKER_ARGS, files=checker.files,
+                test_files=[{"input.txt": cases[i][0], "correct_output.txt": cases[i][1],
+                             "solution_output.txt": results[i].stdout} for i in chunk],
+            )))
+    for (b, chunk, _), verdicts in zip(runs, provider.execute([program for _, _, program in runs]) if runs else []):
+        results = batches_run[b][2]
         for i, verdict in zip(chunk, verdicts):
             if verdict.status == SANDBOX_ERROR:
                 results[i].status = SANDBOX_ERROR
                 continue
             score = _checker_score(verdict) if verdict.status == PASSED else 0.0
-            scores[i] = score
+            scores[b][i] = score
             if score <= 0.0:
                 results[i].status = WRONG_ANSWER
     return scores
@@ -181,16 +212,17 @@ def ioi_cases(row: dict, source: str) -> list[tuple[str, str]]:
     """(input, output) pairs of an IOI subtask: its inline `test_cases` (a dict by test name, or a list of dicts or
     pairs), else the tests of its `year` from `source`, ordered by `test_names`. Raises BadRow."""
     names = row.get("test_names") or []
-    if not isinstance(names, list):
-        raise BadRow("test_names must be a list")
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise BadRow("test_names must be a list of names")
     cases = row.get("test_cases")
     if cases is None:
         if row.get("year") is None or row.get("id") is None:
             raise BadRow("ioi row has neither test_cases nor year and id to find its tests")
+        year, problem = name_field(row, "year"), name_field(row, "id")
         try:
-            cases = ioi_tests(source, str(row["year"])).get(str(row["id"]), {})
+            cases = ioi_tests(source, year).get(problem, {})
         except (OSError, ValueError, KeyError) as e:
-            raise BadRow(f"tests for {row['id']} ({row['year']}) could not be loaded from {source}: {e}") from None
+            raise BadRow(f"tests for {problem} ({year}) could not be loaded from {source}: {short(str(e))}") from None
     if isinstance(cases, dict):
         missing = [n for n in names if n not in cases]
         if missing:
@@ -200,6 +232,7 @@ def ioi_cases(row: dict, source: str) -> list[tuple[str, str]]:
         ordered = cases
     else:
         raise BadRow("test_cases must be a mapping or a list")
+    bounded_tests(ordered, "the ioi subtask")
     out = []
     for i, case in enumerate(ordered):
         if isinstance(case, (list, tuple)) and len(case) == 2:
@@ -207,30 +240,54 @@ def ioi_cases(row: dict, source: str) -> list[tuple[str, str]]:
         out.append((text_field(case, "input", f"test {i}"), text_field(case, "output", f"test {i}")))
     if not out:
         raise BadRow("ioi row has no test cases")
-    return out
+    return bounded_tests(out, "the ioi subtask")
+
+
+def name_field(row: dict, key: str) -> str:
+    """A row's identifier (`id`, `year`): text or a whole number, as text."""
+    value = row.get(key)
+    if isinstance(value, bool) or not isinstance(value, (str, int)) or len(text := str(value)) > 200:
+        raise BadRow(f"{key} must be a short name or number, got {short(value)}")
+    return text
+
+
+FILE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,127}")  # a grader's file: one plain name, no path
 
 
 def grader_files(row: dict) -> tuple[dict[str, str], str | None]:
     """(files compiled with the solution, checker source or None) from `grader_files` [(name, content), ...]:
     graders and headers sit next to the solution (by base name); `checker/checker.cpp` is the checker."""
     files, checker = {}, None
-    try:
-        for name, content in row.get("grader_files") or []:
-            if not content:
-                continue
-            name = str(name)
-            if Path(name).stem == "checker" and name.endswith(".cpp"):
-                checker = str(content)
-            else:
-                files[Path(name).name] = str(content)
-    except (TypeError, ValueError):
-        raise BadRow("grader_files must be a list of (name, content) pairs") from None
+    pairs = row.get("grader_files") or []
+    if not isinstance(pairs, list) or not all(isinstance(p, (list, tuple)) and len(p) == 2 for p in pairs):
+        raise BadRow("grader_files must be a list of (name, content) pairs")
+    for name, content in pairs:
+        if not content:
+            continue
+        if not isinstance(name, str) or not isinstance(content, str) or not FILE_NAME.fullmatch(Path(name).name):
+            raise BadRow(f"grader_files has an entry that is not (file name, text): {short(name)}")
+        if Path(name).stem == "checker" and name.endswith(".cpp"):
+            checker = content
+        else:
+            files[Path(name).name] = content
     return files, checker
 
 
 def _precision(row: dict) -> int:
     value = row.get("score_precision")
     return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 10 else 2
+
+
+def _points(row: dict) -> float | None:
+    """The subtask's points (`score`), when it is a finite number."""
+    value = row.get("score")
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        value = float(value)
+    except OverflowError:
+        return None
+    return value if math.isfinite(value) else None
 
 
 IoiProviderName = Literal["local", "piston"]  # the back ends ioi_code runs on
@@ -267,25 +324,25 @@ def make_ioi_code_reward(provider: IoiProviderName = "local", test_cases: str = 
     def build(text: str, row: dict) -> Job:
         cases = ioi_cases(row, test_cases)
         files, checker_source = grader_files(row)
-        program = Program(code=add_includes(extract_code(text, "cpp"), str(row.get("id", "")), files),
-                          language="cpp", files=files,
-                          time_limit=positive_number(row.get("time_limit"), "time_limit", 2.0),
-                          memory_mb=int(positive_number(row.get("memory_limit"), "memory_limit", 512)))
+        problem = name_field(row, "id") if row.get("id") is not None else ""
+        program = Program(code=add_includes(extract_code(text, "cpp"), problem, files),
+                          language="cpp", files=files, time_limit=time_limit(row.get("time_limit"), 2.0),
+                          memory_mb=memory_limit(row.get("memory_limit"), 512))
         checker = Program(checker_source, language="cpp", time_limit=10.0) if checker_source else None
-        return program, (cases, checker, row)
+        return program, (cases, checker, _precision(row), _points(row))
 
     def run(jobs: list[Job]) -> list[Tests]:
-        return [run_cases(sandbox, program, cases, test_batch_size, stop_on_failure=True, checker=checker)
-                for program, (cases, checker, _) in jobs]
+        return run_all_cases(sandbox, [(program, cases, checker) for program, (cases, checker, _, _) in jobs],
+                             test_batch_size, stop_on_failure=True)
 
     def ioi_code_reward(completions, log_metric=None, **columns) -> list[float | None]:
         points: list[float] = []
 
         def score(job: Job, tests: Tests) -> float:
-            cases, _, row = job[1]
-            value = round(min(s for _, s in tests) if len(tests) == len(cases) else 0.0, _precision(row))
-            if isinstance(row.get("score"), (int, float)):
-                points.append(round(value * row["score"], _precision(row)))
+            cases, _, precision, subtask_points = job[1]
+            value = round(min(s for _, s in tests) if len(tests) == len(cases) else 0.0, precision)
+            if subtask_points is not None:
+                points.append(round(value * subtask_points, precision))
             return value
 
         rows = sample_rows(columns, len(completions))
@@ -326,7 +383,7 @@ def contest_of(row: dict) -> int | None:
         value = row["id"].split("/")[0]
     try:
         return int(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return None
 
 
@@ -354,6 +411,7 @@ def cf_cases(row: dict) -> list[tuple[str, str]]:
     tests = row.get("official_tests")
     if not isinstance(tests, list):
         raise BadRow("official_tests must be a list")
+    bounded_tests(tests, "official_tests")
     return [(text_field(t, "input", f"official test {i}"), text_field(t, "output", f"official test {i}"))
             for i, t in enumerate(tests)]
 
@@ -425,26 +483,26 @@ def make_cf_code_reward(provider: ProviderName = "local", language: str = "pytho
     warnings = RowWarnings("cf_code")
 
     def build(text: str, row: dict) -> Job:
-        cases = cf_cases(row) + generated_tests(row, folder)
+        cases = bounded_tests(cf_cases(row) + generated_tests(row, folder), "the problem (official plus generated)")
         if not cases:
             raise BadRow("the problem has no tests (official or generated)")
         row_language = known_language(row.get("language"), language)
         input_mode = row.get("input_mode") or "stdin"
         if input_mode not in ("stdin", "file"):
-            raise BadRow(f"input_mode must be 'stdin' or 'file', got {input_mode!r}")
+            raise BadRow(f"input_mode must be 'stdin' or 'file', got {short(input_mode)}")
         code = extract_code(text, row_language)
         program = Program(code=patch_code(code, row_language) if patch else code, language=row_language,
                           output_file="output.txt" if input_mode == "file" else None,
-                          time_limit=positive_number(row.get("time_limit"), "time_limit", 2.0),
-                          memory_mb=int(positive_number(row.get("memory_limit"), "memory_limit", 256)))
+                          time_limit=time_limit(row.get("time_limit"), 2.0),
+                          memory_mb=memory_limit(row.get("memory_limit"), 256))
         checker = row.get("generated_checker") or None
         if checker is not None and not isinstance(checker, str):
             raise BadRow("generated_checker must be Python source text")
         return program, (cases, Program(checker, language="python", time_limit=10.0) if checker else None)
 
     def run(jobs: list[Job]) -> list[Tests]:
-        return [run_cases(sandbox, program, cases, test_batch_size, stop_on_failure=scoring_mode == "pass_fail",
-                          checker=checker) for program, (cases, checker) in jobs]
+        return run_all_cases(sandbox, [(program, cases, checker) for program, (cases, checker) in jobs],
+                             test_batch_size, stop_on_failure=scoring_mode == "pass_fail")
 
     def score(job: Job, tests: Tests) -> float:
         if any(result.status == COMPILE_ERROR for result, _ in tests):
