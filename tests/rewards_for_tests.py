@@ -36,3 +36,8 @@ def flat_or_length_logged(prompts, completions, flat, **kwargs):
     with path.open("a") as f:
         f.write(json.dumps([p[-1]["content"] if isinstance(p, list) else p for p in prompts]) + "\n")
     return flat_or_length(completions, flat)
+
+
+def nan_on_row_two(completions, **kwargs):
+    """1.0 for every completion but the third, which gets NaN: a reward with a bug."""
+    return [float("nan") if i == 2 else 1.0 for i in range(len(completions))]

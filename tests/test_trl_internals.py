@@ -17,6 +17,7 @@ OVERRIDDEN = {
     "_generate_and_score_completions": ["inputs"],
     "_save_checkpoint": ["model", "trial"],
     "_load_optimizer_and_scheduler": ["checkpoint"],
+    "_get_grad_norm": ["model", "grad_norm"],  # transformers' Trainer: the non-finite gradient check
 }
 CALLED = {
     "_get_output_dir": ["trial"],
@@ -25,7 +26,8 @@ CALLED = {
 }
 # attributes the trainer reads after TRL's __init__ set them
 ATTRIBUTES = ("_metrics", "_step", "_tokenizer", "num_generations", "num_iterations", "reward_weights",
-              "pad_to_multiple_of", "ref_model", "reward_func_names")
+              "pad_to_multiple_of", "ref_model", "reward_func_names", "reward_funcs")  # with vLLM also vllm_generation and
+# _last_loaded_step (tests/test_vllm.py)
 
 
 @pytest.mark.parametrize("method, parameters", [*OVERRIDDEN.items(), *CALLED.items()])

@@ -54,9 +54,10 @@ from accelerate.utils import gather_object
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer
 from trl.models.utils import disable_gradient_checkpointing
-from trl.trainer.utils import nanstd, use_adapter
+from trl.trainer.utils import is_async_callable, nanstd, use_adapter
 
 from r1kit.curriculum import SAMPLING_STATE, CurriculumRules, PromptPicker, join_pieces, prompt_key, slice_rows
+from r1kit.errors import ConfigError
 from r1kit.machine import vllm_is_cpu_build
 from r1kit.rewards.text import completion_text
 
@@ -124,6 +125,45 @@ def no_nccl_communicator():
         yield
     finally:
         VLLMClient.init_communicator = original
+
+
+def checked_reward(func, name: str):
+    """`func` with its output checked on every call (`check_reward_values`); async stays async, so that TRL still runs
+    it concurrently with the others."""
+    if is_async_callable(func):
+        async def checked(*args, **kwargs):
+            return check_reward_values(name, await func(*args, **kwargs))
+    else:
+        def checked(*args, **kwargs):
+            return check_reward_values(name, func(*args, **kwargs))
+    return functools.wraps(func)(checked)
+
+
+def check_reward_values(name: str, values) -> list[float | None]:
+    """A reward's output as TRL takes it (a list of floats or None), or a `ValueError` that names the reward and the
+    row: the output must be a sequence (a list, tuple, array or tensor), one entry per completion, each None
+    ("cannot judge": skipped and counted) or a finite number. NaN and infinities are refused rather than passed on,
+    where TRL would read NaN as None and one infinity would zero its group's advantages and write `Infinity` into
+    the run's JSON."""
+    if hasattr(values, "tolist") and not isinstance(values, (str, bytes)):
+        values = values.tolist()  # numpy arrays and tensors
+    if not isinstance(values, (list, tuple)):
+        raise ValueError(f"reward '{name}' returned {type(values).__name__} {str(values)[:60]!r}; a reward returns a "
+                         "list with one score (a number, or None when it cannot judge) per completion")
+    checked: list[float | None] = []
+    for row, value in enumerate(values):
+        if value is None:
+            checked.append(None)
+            continue
+        if isinstance(value, (str, bytes)) or not hasattr(value, "__float__"):
+            raise ValueError(f"reward '{name}' returned {type(value).__name__} {str(value)[:60]!r} for row {row}; "
+                             "a score is a number, or None when the completion cannot be judged")
+        number = float(value)
+        if not math.isfinite(number):
+            raise ValueError(f"reward '{name}' returned {number} for row {row}; a score must be finite (return None "
+                             "when the completion cannot be judged)")
+        checked.append(number)
+    return checked
 
 
 class ColocatedEngine:
@@ -228,6 +268,8 @@ class R1Trainer(GRPOTrainer):
         elif cpu_vllm:
             self.vllm_generation.sync_weights = functools.partial(reload_vllm_weights, self.vllm_generation)
         self.colocated_engine = self._colocated_engine()  # None, or the engine the held-out callback shares
+        self.reward_funcs = [f if isinstance(f, torch.nn.Module) else checked_reward(f, name)
+                             for f, name in zip(self.reward_funcs, self.reward_func_names)]
         self.reward_listeners = list(reward_listeners or [])
         self.dynamic_sampling = self.args.dynamic_sampling
         self.max_rounds = self.args.dynamic_sampling_max_rounds if self.dynamic_sampling else 1
@@ -260,7 +302,18 @@ class R1Trainer(GRPOTrainer):
             return None
         return ColocatedEngine(self)
 
-    # --- TRL hooks ------------------------------------------------------------------------------------------------
+    # --- transformers and TRL hooks -----------------------------------------------------------------------------------
+    def _get_grad_norm(self, model, grad_norm=None):
+        """The gradient norm, computed before every optimizer step; a non-finite one stops the run there, before the
+        update, so that no checkpoint holds non-finite weights (transformers would apply it, and log loss 0)."""
+        grad_norm = super()._get_grad_norm(model, grad_norm=grad_norm)
+        if grad_norm is not None and not math.isfinite(float(grad_norm)):
+            raise ConfigError(
+                f"step {self.state.global_step + 1}: the gradient norm is {float(grad_norm)}, so training diverged; "
+                "the update was not applied and nothing was saved. Lower learning_rate (or warm it up: warmup_ratio) "
+                "and rerun; resume: auto continues from the last checkpoint")
+        return grad_norm
+
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         self._round_rewards = rewards  # gathered over ranks: every rank sees every group's rewards

@@ -1,0 +1,89 @@
+"""r1kit's trainer refuses values that would train silently wrong: a reward's output is checked on every call (a
+finite number or None per completion), and a non-finite gradient norm stops the run before the update."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from r1kit.config.recipe import parse_args
+from r1kit.grpo import pipeline
+from r1kit.trainer import check_reward_values, checked_reward
+from tests.helpers import raises_naming, tiny_recipe, write_recipe
+
+
+@pytest.mark.parametrize("values, expected", [
+    ([1, 0.5, None, True], [1.0, 0.5, None, 1.0]),
+    ((0.0, -2.5), [0.0, -2.5]),
+    (np.array([0.25, 1.0]), [0.25, 1.0]),
+    (torch.tensor([0.5, 0.0]), [0.5, 0.0]),
+    ([np.float32(0.5), np.int64(1)], [0.5, 1.0]),
+])
+def test_numbers_and_none_pass_as_floats(values, expected):
+    assert check_reward_values("r", values) == expected
+
+
+@pytest.mark.parametrize("values, named", [
+    ([1.0, float("nan")], ("'r'", "nan", "row 1")),
+    ([float("inf"), 0.0], ("'r'", "inf", "row 0")),
+    ([0.0, 0.0, -math.inf], ("'r'", "-inf", "row 2")),
+    (np.array([0.0, np.nan]), ("'r'", "nan", "row 1")),
+    ([1.0, "1.0"], ("'r'", "str", "row 1")),
+    ([1.0, [1.0]], ("'r'", "list", "row 1")),
+    (0.5, ("'r'", "float", "one score")),
+    ("1.0", ("'r'", "str")),
+    (None, ("'r'", "NoneType")),
+])
+def test_non_finite_and_non_numeric_outputs_name_the_reward_and_the_row(values, named):
+    with pytest.raises(ValueError) as caught:
+        check_reward_values("r", values)
+    assert all(word in str(caught.value) for word in named), str(caught.value)
+
+
+def test_the_check_keeps_a_reward_async_and_its_name():
+    async def judged(completions, **kwargs):
+        return [float("inf")] * len(completions)
+
+    def plain(completions, **kwargs):
+        return [1.0] * len(completions)
+
+    wrapped = checked_reward(judged, "judged")
+    assert inspect.iscoroutinefunction(wrapped) and wrapped.__name__ == "judged"
+    with pytest.raises(ValueError, match="'judged' returned inf for row 0"):
+        asyncio.run(wrapped(completions=["a"]))
+    assert checked_reward(plain, "plain")(completions=["a", "b"]) == [1.0, 1.0]
+
+
+def run(tmp_path: Path, recipe: dict) -> dict:
+    return pipeline(*parse_args(["--config", str(write_recipe(tmp_path, **recipe))]))
+
+
+@pytest.mark.slow
+def test_a_nan_reward_stops_the_run_naming_the_reward_and_row(tmp_path, tiny_model_dir, math_jsonl):
+    recipe = tiny_recipe(tiny_model_dir, math_jsonl, tmp_path / "out",
+                         reward_funcs=["accuracy", "tests.rewards_for_tests:nan_on_row_two"], max_steps=1)
+    with pytest.raises(ValueError, match="reward 'nan_on_row_two' returned nan for row 2"):
+        run(tmp_path, recipe)
+
+
+@pytest.mark.slow
+def test_a_diverging_run_stops_before_the_update_and_saves_no_non_finite_weights(tmp_path, tiny_model_dir, math_jsonl):
+    from safetensors.torch import load_file
+
+    out = tmp_path / "out"
+    recipe = tiny_recipe(tiny_model_dir, math_jsonl, out, learning_rate=1.0e30, max_grad_norm=0.0, max_steps=8,
+                         save_steps=1, reward_funcs=["tests.rewards_for_tests:length_variety"])
+    with raises_naming("gradient norm", "learning_rate", "step"):
+        run(tmp_path, recipe)
+    checkpoints = sorted(out.glob("checkpoint-*"))
+    assert len(checkpoints) < 8, "the run never diverged: the test proves nothing"
+    for checkpoint in checkpoints:
+        weights = load_file(str(checkpoint / "model.safetensors"))
+        assert all(torch.isfinite(t).all() for t in weights.values()), checkpoint
+    assert not (out / "model.safetensors").exists()  # no final model from a diverged run
