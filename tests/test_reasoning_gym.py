@@ -241,7 +241,7 @@ def test_when_the_scorer_stops_mid_batch_only_the_answer_in_flight_scores_zero(m
     def dies_on_the_killer(requests, timeout, isolate):
         starts.append(len(requests))
         replies = []
-        for request in requests:
+        for request in map(json.loads, requests):
             if request["answer"] == "666":
                 return replies, "killed"
             replies.append({"score": 1.0 if request["answer"] == "3" else 0.0})
@@ -367,3 +367,118 @@ def test_grpo_trains_on_a_generator_with_its_reward_and_heldout_accuracy(tmp_pat
     assert 0.0 <= log["rewards/reasoning_gym_reward/mean"] <= 1.0 and "rewards/accuracy_reward/mean" in log
     records = [json.loads(line) for line in (out / "heldout_accuracy.jsonl").read_text().splitlines()]
     assert [(r["step"], r["n"]) for r in records] == [(0, 4), (1, 4)]
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Every generator: gold answers at full marks, degenerate answers never
+# --------------------------------------------------------------------------------------------------------------------
+# composite's options are reasoning-gym DatasetSpec objects, which dataset_options (plain YAML values) cannot give.
+UNSUPPORTED = {"composite"}
+# Entries whose `answer` is None: the metadata key holding an example of a right answer, or None where there is none.
+EXAMPLE_ANSWERS = {"graph_color": "possible_answer", "propositional_logic": "example_answer",
+                   "rubiks_cube": "example_correct_answer", "boxnet": None, "rush_hour": None}
+# Scorers that pay another question's answer on a question (game_of_life_halting compares bool(answer), so any
+# non-empty reply): r1kit cannot judge their rows, which score None, never full marks.
+BLIND = {"game_of_life_halting"}
+# Not closed: propositional_logic's entries have no gold, so r1kit has no foil to tell its questions apart with, and
+# a conclusion that restates a premise several questions share ("(Q ∧ Q)") takes full marks on each of them.
+SHARED_ANSWERS_PAID = {"propositional_logic"}
+CONSTANTS = ["", "0", "1", "True", "yes", "x"]
+WRAPPERS = ["{v}", "Integral({v}, {x}) + C", "integrate({v}, {x}) + C", "Derivative({v}, {x})", "expand({v})",
+            "simplify({v})", "factor({v})", "Subs({v}, {x}, {x})"]
+ROWS_PER_GENERATOR = 3
+
+
+def gold_of(generator: str, entry: dict) -> str | None:
+    if entry["answer"] is not None:
+        return str(entry["answer"])
+    key = EXAMPLE_ANSWERS[generator]
+    if key is None:
+        return None
+    example = entry["metadata"][key]
+    return example if isinstance(example, str) else json.dumps(example)
+
+
+def rows_with_distinct_golds(generator: str) -> list[tuple[str, dict]]:
+    """Up to ROWS_PER_GENERATOR rows (recorded as r1kit records them) whose golds, or questions where there is no
+    gold, differ."""
+    import reasoning_gym
+
+    from r1kit.gym_data import encode_record
+
+    dataset = reasoning_gym.create_dataset(generator, size=4 * ROWS_PER_GENERATOR, seed=1)
+    rows, seen = [], set()
+    for index in range(len(dataset)):
+        entry = dataset[index]
+        mark = str(entry["answer"]) if entry["answer"] is not None else entry["question"]
+        if mark not in seen:
+            seen.add(mark)
+            rows.append((encode_record(generator, {}, entry), entry))
+        if len(rows) == ROWS_PER_GENERATOR:
+            break
+    return rows
+
+
+def echoes(entry: dict) -> list[str]:
+    """The question sent back as an answer: verbatim, and each expression of the question (a metadata text that it
+    quotes) as it is or inside an operator that does the problem."""
+    question, metadata = entry["question"], entry.get("metadata", {})
+    variable = metadata.get("variable") if isinstance(metadata.get("variable"), str) else "x"
+    quoted = [v for v in metadata.values() if isinstance(v, str) and 0 < len(v) <= 300 and v in question]
+    found = [question] + [w.format(v=v, x=variable) for v in quoted for w in WRAPPERS]
+    return [e for e in found if e.strip() != str(entry["answer"]).strip()]
+
+
+@pytest.fixture(scope="module")
+def every_generator():
+    """Each supported generator's rows, scored in one jail: (generator, kind, probe, row index, score) per answer."""
+    pytest.importorskip("reasoning_gym")
+    from reasoning_gym.factory import DATASETS
+
+    from r1kit.rewards.gym import score_completions
+
+    names = sorted(set(DATASETS) - UNSUPPORTED)
+    cases, completions, records = [], [], []
+    for generator in names:
+        rows = rows_with_distinct_golds(generator)
+        golds = [gold_of(generator, entry) for _, entry in rows]
+        for i, (record_text, entry) in enumerate(rows):
+            probes = [("gold", golds[i])] if golds[i] is not None else []
+            probes += [("echo", e) for e in echoes(entry)]
+            probes += [("constant", c) for c in CONSTANTS if c != golds[i]]
+            probes += [("another row's gold", golds[0])] if i > 0 and golds[0] not in (None, golds[i]) else []
+            for kind, probe in probes:
+                cases.append((generator, kind, probe, i))
+                completions.append(f"<answer>{probe}</answer>")
+                records.append(record_text)
+    scores = score_completions(completions, records, timeout=10)
+    return names, [(*case, score) for case, score in zip(cases, scores)]
+
+
+@pytest.mark.slow
+def test_gold_answers_score_full_marks_on_every_generator(every_generator):
+    """A gold that scores less gives no signal and no warning (arc_agi's gold scored 0.05 once its tuples had become
+    lists in r1kit's record)."""
+    names, results = every_generator
+    golds = {(g, row): score for g, kind, _, row, score in results if kind == "gold"}
+    assert {g for g, _ in golds} == set(names) - {g for g, key in EXAMPLE_ANSWERS.items() if key is None}
+    short = {(g, row): score for (g, row), score in golds.items() if g not in BLIND and score != 1.0}
+    assert not short, f"gold answers below full marks: {short}"
+    assert all(score is None for (g, _), score in golds.items() if g in BLIND)
+
+
+@pytest.mark.slow
+def test_degenerate_answers_never_score_full_marks_on_any_generator(every_generator):
+    """The question sent back (verbatim, or inside Integral(...), expand(...), ...) earns nothing on any row; one
+    answer (a constant, or another row's gold) never takes full marks on two rows whose golds differ."""
+    _, results = every_generator
+    echoed = [(g, probe[:80], row) for g, kind, probe, row, score in results if kind == "echo" and score == 1.0]
+    assert not echoed, f"echoed questions at full marks: {echoed}"
+    rows_paid: dict[tuple[str, str], set[int]] = {}
+    for g, kind, probe, row, score in results:
+        if kind == "constant" and score == 1.0:
+            rows_paid.setdefault((g, probe), set()).add(row)
+    constants = {key: rows for key, rows in rows_paid.items() if len(rows) > 1}
+    borrowed = [(g, probe[:80], row) for g, kind, probe, row, score in results
+                if kind == "another row's gold" and score == 1.0 and g not in SHARED_ANSWERS_PAID]
+    assert not constants and not borrowed, f"one answer at full marks on rows whose golds differ: {constants} {borrowed}"

@@ -8,8 +8,9 @@ generator and gives its options in `dataset_options`, next to three options of r
     dataset_options: {min_terms: 2, max_terms: 2, min_digits: 1, max_digits: 1, train_size: 2000, test_size: 200, seed: 0}
 
 Rows have the question in `prompt`, the gold answer in `answer`, everything the `reasoning_gym` reward needs to
-call the scorer in `reasoning_gym` (a JSON text: generator, its options, the entry), and, when every answer is a
-number, the same answer in `solution` (so math-verify's `accuracy` applies too).
+call the scorer in `reasoning_gym` (a JSON text: generator, its options, the entry, with tuples, sets and
+non-string-keyed dicts kept as they are: `encode_record`), and, when every answer is a number, the same answer in
+`solution` (so math-verify's `accuracy` applies too).
 
 Train and test never share a question: each distinct question belongs to one split, decided by a hash of its text
 (the share of test questions is `test_size / (train_size + test_size)`), whatever the seed.
@@ -89,10 +90,72 @@ def is_number(text: Any) -> bool:
         return False
 
 
-def _record(generator: str, options: dict, entry: dict) -> str:
-    """The JSON text the `reasoning_gym` reward reads: what the scorer needs to grade one row. Metadata values that
-    JSON cannot hold become their text."""
-    return json.dumps({"generator": generator, "options": options, "entry": entry}, default=str)
+TYPE_TAG = "__r1kit_type__"  # marks a JSON object that stands for a tuple, a set or a dict JSON cannot key
+MAX_RECORD_DEPTH = 64  # nesting a record may have; reasoning-gym's deepest (ARC grids in metadata) is about 5
+
+
+class UnfaithfulRecord(ValueError):
+    """A value JSON cannot hold as it is (an object of another type), or nesting past `MAX_RECORD_DEPTH`."""
+
+
+def encode_value(value: Any, depth: int = 0) -> Any:
+    """`value` as JSON can hold it and `decode_value` gives it back equal, types included: tuples, sets and dicts
+    whose keys are not all strings become tagged objects (`{"__r1kit_type__": "tuple", "items": [...]}`); numpy
+    scalars become Python numbers. Scorers compare these values (arc_agi's grids are tuples of tuples: as lists, the
+    gold itself scored 0.05). Raises `UnfaithfulRecord` for anything else."""
+    if depth > MAX_RECORD_DEPTH:
+        raise UnfaithfulRecord(f"nested deeper than {MAX_RECORD_DEPTH}")
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value if type(value) in (bool, int, float, str, type(None)) else _plain(value)
+    if isinstance(value, list):
+        return [encode_value(v, depth + 1) for v in value]
+    if isinstance(value, dict) and all(type(k) is str for k in value) and TYPE_TAG not in value:
+        return {k: encode_value(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, dict):
+        items = [[encode_value(k, depth + 1), encode_value(v, depth + 1)] for k, v in value.items()]
+        return {TYPE_TAG: "dict", "items": items}
+    kind = {tuple: "tuple", set: "set", frozenset: "frozenset"}.get(type(value))
+    if kind is not None:
+        return {TYPE_TAG: kind, "items": [encode_value(v, depth + 1) for v in value]}
+    if hasattr(value, "item") and type(value).__module__ == "numpy":  # a numpy scalar: its Python number
+        return encode_value(value.item(), depth + 1)
+    raise UnfaithfulRecord(f"a {type(value).__name__} value")
+
+
+def _plain(value: Any) -> Any:
+    """A subclass of a JSON type (numpy's str_, an IntEnum) as the plain value it compares equal to."""
+    for kind in (bool, int, float, str):
+        if isinstance(value, kind):
+            return kind(value)
+    return value
+
+
+def decode_value(value: Any) -> Any:
+    """`json.loads`'s `object_hook`: a tagged object back to its tuple, set, frozenset or dict (`encode_value`)."""
+    if isinstance(value, dict) and value.get(TYPE_TAG) in _DECODERS and set(value) == {TYPE_TAG, "items"}:
+        items = value["items"]
+        if isinstance(items, list):
+            try:
+                return _DECODERS[value[TYPE_TAG]](items)
+            except (TypeError, ValueError):  # unhashable members or malformed pairs: not a record r1kit wrote
+                return value
+    return value
+
+
+_DECODERS = {"tuple": tuple, "set": set, "frozenset": frozenset, "dict": lambda pairs: {k: v for k, v in pairs}}
+
+
+def encode_record(generator: str, options: dict, entry: dict) -> str:
+    """The JSON text the `reasoning_gym` reward reads: what the scorer needs to grade one row, encoded faithfully
+    (`encode_value`); `decode_record` reads it back. Raises `UnfaithfulRecord` when the entry holds a value that
+    cannot be recorded."""
+    return json.dumps({"generator": generator, "options": encode_value(options), "entry": encode_value(entry)})
+
+
+def decode_record(text: str) -> Any:
+    """A record's JSON text back to Python values: tuples, sets and non-string-keyed dicts restored. Raises
+    `ValueError` for text that is not JSON and `RecursionError` for nesting past the parser's limit."""
+    return json.loads(text, object_hook=decode_value)
 
 
 def generate_rows(generator: str, options: dict | None = None) -> dict[str, list[dict]]:
@@ -113,6 +176,7 @@ def generate_rows(generator: str, options: dict | None = None) -> dict[str, list
     items = build_generator(generator, gym_options, size=attempts, seed=sizes["seed"])
     rows: dict[str, list[dict]] = {"train": [], "test": []}
     seen: set[str] = set()
+    unrecordable: list[str] = []  # why each row left out could not be recorded
     for index in range(attempts):
         if all(len(rows[s]) >= wanted[s] for s in rows):
             break
@@ -122,8 +186,15 @@ def generate_rows(generator: str, options: dict | None = None) -> dict[str, list
         if question in seen or len(rows[split]) >= wanted[split]:
             continue
         seen.add(question)
-        row = {"prompt": question, "answer": str(entry["answer"]), "reasoning_gym": _record(generator, gym_options, entry)}
-        rows[split].append(row)
+        try:
+            record = encode_record(generator, gym_options, entry)
+        except UnfaithfulRecord as e:  # its scorer would see something else than it made: skip the row, say so
+            unrecordable.append(str(e))
+            continue
+        rows[split].append({"prompt": question, "answer": str(entry["answer"]), "reasoning_gym": record})
+    if unrecordable:
+        logger.warning("reasoning-gym:%s: %d rows left out: they hold values a record cannot keep as they are "
+                       "(first: %s).", generator, len(unrecordable), unrecordable[0])
     short = {s: len(rows[s]) for s in rows if len(rows[s]) < wanted[s]}
     if any(n == 0 for n in short.values()):
         raise ConfigError(

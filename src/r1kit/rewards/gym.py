@@ -10,12 +10,16 @@ source) holds the generator, its options and the entry the scorer compares again
 Every completion is hostile input, and some scorers evaluate the answer as code (countdown and puzzle24 parse it
 with sympy's `parse_expr`, i.e. `eval`). So answers are scored in the local sandbox's jail (`r1kit.sandbox`: no host
 files, network or privileges; the trainer's site-packages shown read-only so reasoning-gym imports), one jail per
-batch, one forked process per answer where `eval` takes only arithmetic and sympy names, with a time limit
-(`reward_timeout`) and no way to touch another answer's verdict (`r1kit/sandbox/scripts/gym_server.py`). countdown and puzzle24 answers
-must be plain arithmetic (their scorers accept any sympy expression of the right value). An answer that raises,
-hangs or crashes its scorer scores 0.0 (logged once per kind); the answer is cut to `MAX_ANSWER_CHARS` first. A row
-that cannot be judged (no or unreadable `reasoning_gym` record, an unknown generator, reasoning-gym missing) and a
-jail that cannot start score None, which TRL leaves out of the group baseline. Where no jail can run, scoring stops with what to install unless the
+batch, one forked process per answer where `eval` takes only arithmetic, numbers, symbols and elementary functions,
+with a time limit (`reward_timeout`) and no way to touch another answer's verdict
+(`r1kit/sandbox/scripts/gym_server.py`). Degenerate answers earn nothing: countdown and puzzle24 answers must be
+arithmetic (integers, + - * /, brackets) on exactly the row's numbers (their scorers accept any sympy expression of
+the right value, puzzle24's any numbers); an operator that does the problem (`Integral(<integrand>, x) + C`) is
+refused; an answer at full marks that also takes full marks on another question of its generator (one answer for
+every row) scores 0. An answer that raises, hangs or crashes its scorer scores 0.0 (logged once per kind); the
+answer is cut to `MAX_ANSWER_CHARS` first. A row that cannot be judged (no or unreadable `reasoning_gym` record, an
+unknown generator, a scorer that pays another question's answer on it, reasoning-gym missing) and a jail that cannot
+start score None, which TRL leaves out of the group baseline. Where no jail can run, scoring stops with what to install unless the
 recipe sets `allow_unsandboxed_code_execution: true`, which runs the same scorer process without the jail.
 """
 
@@ -34,7 +38,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from r1kit.errors import ConfigError
-from r1kit.gym_data import is_gym_source, is_number
+from r1kit.gym_data import UnfaithfulRecord, decode_record, encode_value, is_gym_source, is_number
 from r1kit.rewards.text import last_answer_block, log_once, per_sample, texts
 from r1kit.rewards.verify import DEFAULT_TIMEOUT
 from r1kit.sandbox import jail
@@ -42,7 +46,7 @@ from r1kit.sandbox import jail
 logger = logging.getLogger(__name__)
 
 AnswerMode = Literal["last_number", "reply"]  # how an answer is read outside an <answer> block (`extract_answer`)
-MAX_ANSWER_CHARS = 1000  # an answer longer than this is cut to its last 1000 characters before scoring
+MAX_ANSWER_CHARS = 1000  # an answer is cut to its last 1000 characters before scoring, or twice its gold's length
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 
 
@@ -63,24 +67,31 @@ def extract_answer(completion: str, gold: str, mode: AnswerMode = "last_number")
         '-4'
     """
     completion = str(completion)
+    limit = max(MAX_ANSWER_CHARS, 2 * len(gold))  # an ARC grid's gold alone runs to 1,800 characters
     block = last_answer_block(completion)
     if block is not None:
-        return block.strip()[-MAX_ANSWER_CHARS:]
+        return block.strip()[-limit:]
     if mode == "reply":
-        return completion.strip()[-MAX_ANSWER_CHARS:]
+        return completion.strip()[-limit:]
     if is_number(gold):
         numbers = _NUMBER.findall(completion[-MAX_ANSWER_CHARS:])
         return numbers[-1].rstrip(",") if numbers else ""
     lines = [line.strip() for line in completion.splitlines() if line.strip()]
-    return lines[-1][-MAX_ANSWER_CHARS:] if lines else ""
+    return lines[-1][-limit:] if lines else ""
+
+
+MAX_RECORD_CHARS = 4 << 20  # a row's record longer than this is not read (reasoning-gym's largest, ARC, is ~20 k)
 
 
 def _parse_record(record: Any) -> dict | None:
-    """The row's `reasoning_gym` record as a dict with `generator`, `options` and `entry`, or None when unreadable."""
+    """The row's `reasoning_gym` record as a dict with `generator`, `options` and `entry` (tuples and sets restored:
+    `decode_record`), or None when unreadable: not JSON, too long, nested too deep, or missing a field."""
     if isinstance(record, str):
+        if len(record) > MAX_RECORD_CHARS:
+            return None
         try:
-            record = json.loads(record)
-        except ValueError:
+            record = decode_record(record)
+        except (ValueError, RecursionError):
             return None
     if not isinstance(record, dict) or not isinstance(record.get("entry"), dict) or "answer" not in record["entry"]:
         return None
@@ -89,13 +100,21 @@ def _parse_record(record: Any) -> dict | None:
     return record
 
 
+def _request(record: dict, answer: str) -> str | None:
+    """One request line for the scorer process (the entry encoded as the record was), or None when the record holds
+    what cannot be sent as it is."""
+    try:
+        return json.dumps({"generator": record["generator"], "options": encode_value(record.get("options", {})),
+                           "entry": encode_value(record["entry"]), "answer": answer})
+    except (UnfaithfulRecord, RecursionError):
+        return None
+
+
 SERVER = jail.SCRIPTS / "gym_server.py"
 JAIL_SITE = "/opt/r1kit-site"
 STARTUP_SECONDS = 30.0  # jail start and `import reasoning_gym` (about 2 s here), generous for a loaded machine
 JAIL_MEMORY = 2 << 30  # the whole jail (scorer process, one child, its tmpfs) where cgroups can cap it
 RESTARTS = 3  # fresh jails for the rest of a batch after the scorer process stopped mid-batch
-ARITHMETIC_GENERATORS = {"countdown", "puzzle24"}
-_ARITHMETIC = re.compile(r"[0-9\s+\-*/().]*")
 
 
 def _site_folders() -> list[str]:
@@ -112,23 +131,14 @@ def _site_folders() -> list[str]:
     return list(seen)
 
 
-def _arithmetic_only(generator: str, answer: str) -> str:
-    """The answer as the scorer may see it. countdown and puzzle24 ask for an arithmetic expression of the given
-    numbers but accept anything sympy evaluates (`(98+66)*sign(34+54+6)` scores 1.0 on countdown); an answer that is
-    not digits, + - * / and brackets reaches them empty (their "no answer" score)."""
-    if generator in ARITHMETIC_GENERATORS and not _ARITHMETIC.fullmatch(answer):
-        return ""
-    return answer
-
-
-def _run_server(requests: list[dict], timeout: float, isolate: bool) -> tuple[list[dict] | None, str]:
-    """Runs `scripts/gym_server.py` on the requests: in a fresh jail, or (`isolate=False`) as a plain subprocess. Returns
-    (its reply lines after `ready`, or None when it never became ready; stderr's last line)."""
+def _run_server(requests: list[str], timeout: float, isolate: bool) -> tuple[list[dict] | None, str]:
+    """Runs `scripts/gym_server.py` on the request lines: in a fresh jail, or (`isolate=False`) as a plain subprocess.
+    Returns (its reply lines after `ready`, or None when it never became ready; stderr's last line)."""
     folders = _site_folders()
-    budget = STARTUP_SECONDS + len(requests) * (timeout + 1.0)
+    budget = STARTUP_SECONDS + len(requests) * (2 * timeout + 1.0)  # a score, and for full marks the foil check
     inside = {folder: f"{JAIL_SITE}/{i}" for i, folder in enumerate(folders)} if isolate else {f: f for f in folders}
     header = {"paths": list(inside.values()), "timeout": timeout}
-    stdin = "".join(json.dumps(line) + "\n" for line in [header, *requests]).encode()
+    stdin = "".join(line + "\n" for line in [json.dumps(header), *requests]).encode()
     args = ["-c", SERVER.read_text()]
     max_stdout = 4096 + 512 * len(requests)  # a verdict line is under 400 bytes
     try:
@@ -164,8 +174,12 @@ def _verdict(reply: dict | None) -> float | None:
         return 0.0
     if "unjudgeable" in reply:
         log_once(logger, f"unjudgeable:{reply['unjudgeable']}",
-                 "Cannot build the reasoning-gym scorer (%s): rows skipped.", reply["unjudgeable"])
+                 "A reasoning-gym row cannot be judged (%s); such rows are skipped.", str(reply["unjudgeable"])[:300])
         return None
+    if "degenerate" in reply:
+        log_once(logger, "degenerate", "A reasoning-gym answer scored full marks on another question of its generator "
+                 "too (one answer for every row); it scores 0 (logged once).")
+        return 0.0
     if "error" in reply:
         kind = str(reply["error"])[:60]
         log_once(logger, f"error:{kind}", "A reasoning-gym answer made its scorer fail (%s); it scores 0 "
@@ -244,10 +258,10 @@ def score_completions(
         parsed = _parse_record(record)
         if parsed is None:
             continue
-        answer = _arithmetic_only(parsed["generator"], extract_answer(completion, str(parsed["entry"]["answer"]), mode))
-        requests.append({"generator": parsed["generator"], "options": parsed.get("options", {}),
-                         "entry": parsed["entry"], "answer": answer})
-        places.append(i)
+        request = _request(parsed, extract_answer(completion, str(parsed["entry"]["answer"]), mode))
+        if request is not None:
+            requests.append(request)
+            places.append(i)
     if not requests:
         return scores
     if importlib.util.find_spec("reasoning_gym") is None:

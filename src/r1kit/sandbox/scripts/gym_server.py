@@ -6,16 +6,26 @@ Some scorers evaluate the answer as code (countdown and puzzle24 parse it with s
 `eval`), so an answer could run Python. This process therefore never scores: it imports reasoning-gym once (from the
 read-only folders the header names), then forks one child per answer. The child drops its standard streams and every
 other descriptor but its result pipe, may not fork, start threads or grow its memory much, and runs the scorer with
-`eval` allowed only on expressions of arithmetic, literals and sympy names (no attribute, subscript, lambda,
-comprehension or builtin: `check_expression`) and `exec` only of sympy's own set-up; it writes its score and exits. This process waits
-for it up to the time limit, kills every other process in the jail (as the jail's pid 1 with no signal handlers,
-nothing inside can signal it, and it is not dumpable, so nothing can read its memory or descriptors), empties the
-jail's /tmp and /dev/shm, and writes the verdict line. So an answer cannot run code, and even one that found a way
-could not leave the jail or touch another answer's verdict.
+`eval` allowed only on expressions of arithmetic, literals, numbers, symbols and elementary functions (no attribute,
+subscript, lambda, comprehension, builtin, nor an operator that would do the problem for the answer, such as
+`Integral`: `check_expression`) and `exec` only of sympy's own set-up; it writes its score and exits. This process
+waits for it up to the time limit, kills every other process in the jail (as the jail's pid 1 with no signal
+handlers, nothing inside can signal it, and it is not dumpable, so nothing can read its memory or descriptors),
+empties the jail's /tmp and /dev/shm, and writes the verdict line. So an answer cannot run code, and even one that
+found a way could not leave the jail or touch another answer's verdict.
 
-Header: {"paths": [...], "timeout": seconds}. Request: {"generator", "options", "entry", "answer"}.
-Reply lines: {"ready": true}, then per request in order {"score": x} | {"error": "time" | "crash" | <exception name>}
-| {"unjudgeable": <why>}.
+Degenerate answers earn nothing (the reward must not pay what the scorer's rules let through):
+- countdown and puzzle24 answers must be arithmetic (`arithmetic_numbers`: integers, + - * /, brackets) on exactly
+  the row's numbers; their scorers accept any sympy expression of the right value, and puzzle24's any numbers;
+- an answer at full marks is scored once more against foils, other questions of the same generator that the scorer
+  tells apart from this one (neither's answer takes full marks on the other). An answer at full marks on a foil too
+  is one answer for several questions: it scores 0 (`{"degenerate": "constant"}`). A question from which the scorer
+  tells no foil apart cannot be judged. Which foils a question is told apart from is kept for its next answers.
+
+Header: {"paths": [...], "timeout": seconds}. Request: {"generator", "options", "entry", "answer"}, tuples, sets
+and non-string-keyed dicts tagged as r1kit's records tag them (`decode_value`). Reply lines: {"ready": true}, then
+per request in order {"score": x} | {"score": 0.0, "degenerate": "constant"} | {"error": "time" | "crash" |
+<exception name>} | {"unjudgeable": <why>}.
 """
 
 import ast
@@ -37,16 +47,24 @@ EXPRESSION_NODES = (  # what an evaluated answer may contain: arithmetic, litera
 )
 
 
+ELEMENTARY = (  # the sympy names an evaluated answer may use: numbers, symbols, elementary functions
+    "Integer", "Float", "Rational", "Symbol", "sqrt", "cbrt", "root", "exp", "log", "Abs", "sin", "cos", "tan", "cot",
+    "sec", "csc", "asin", "acos", "atan", "acot", "asec", "acsc", "sinh", "cosh", "tanh", "coth", "sech", "csch",
+    "asinh", "acosh", "atanh", "acoth",
+)
+
+
 def allowed_value(value) -> bool:
-    """A name an answer may use: a sympy object or class (numbers, symbols, constants, `Integer`, `sin`, `Add`, ...)
-    or one of sympy's root functions; never a builtin, module or anything with file, attribute or code access."""
+    """A value an answer may name: a sympy atom (a number, a symbol, a constant such as `pi`) or one of `ELEMENTARY`.
+    Never a builtin or a module, and never an operator that does the problem itself: `Integral(f, x) + C` echoes an
+    integration question and differentiates back to it, `expand(...)` multiplies out a product."""
     try:
         import sympy
     except ImportError:
         return False
-    if isinstance(value, sympy.Basic) or isinstance(value, type) and issubclass(value, sympy.Basic):
+    if isinstance(value, sympy.Atom):
         return True
-    return value in (sympy.sqrt, sympy.cbrt, sympy.root)
+    return any(value is getattr(sympy, name, None) for name in ELEMENTARY)
 
 
 def lookup(name: str, namespaces: list):
@@ -104,7 +122,141 @@ def guarded_exec(real):
     return guarded
 
 
-def score_in_child(scorer, answer, entry, timeout, write_fd) -> None:
+ARITHMETIC_GENERATORS = {"countdown", "puzzle24"}
+MAX_NESTING = 32  # brackets inside brackets an arithmetic answer may have
+
+
+def arithmetic_numbers(answer: str) -> list | None:
+    """The integers of `answer`, in order, when it is arithmetic: integers (no sign, no leading zero, no decimal
+    point), `+ - * /` between operands, brackets nested at most `MAX_NESTING` deep, spaces; else None. A parser of
+    that grammar: `**`, `//`, `2.5`, names and calls are simply not in it."""
+    tokens, i = [], 0
+    while i < len(answer):
+        char = answer[i]
+        if char.isspace():
+            i += 1
+        elif char in "0123456789":
+            end = i
+            while end < len(answer) and answer[end] in "0123456789":
+                end += 1
+            if answer[i] == "0" and end - i > 1:
+                return None
+            tokens.append(int(answer[i:end]))
+            i = end
+        elif char in "+-*/()":
+            tokens.append(char)
+            i += 1
+        else:
+            return None
+    numbers = []
+    end = _expression(tokens, 0, 0, numbers)
+    return numbers if end == len(tokens) else None
+
+
+def _expression(tokens: list, at: int, depth: int, numbers: list) -> int:
+    """Parses `operand (op operand)*` from `tokens[at]`; the index after it, or -1 where the grammar fails."""
+    at = _operand(tokens, at, depth, numbers)
+    while at >= 0 and at < len(tokens) and tokens[at] in ("+", "-", "*", "/"):
+        at = _operand(tokens, at + 1, depth, numbers)
+    return at
+
+
+def _operand(tokens: list, at: int, depth: int, numbers: list) -> int:
+    if at < 0 or at >= len(tokens):
+        return -1
+    token = tokens[at]
+    if isinstance(token, int):
+        numbers.append(token)
+        return at + 1
+    if token != "(" or depth >= MAX_NESTING:
+        return -1
+    at = _expression(tokens, at + 1, depth + 1, numbers)
+    return at + 1 if 0 <= at < len(tokens) and tokens[at] == ")" else -1
+
+
+def filtered_answer(generator: str, answer: str, entry) -> str:
+    """The answer as the scorer may see it: for countdown and puzzle24 an arithmetic answer on exactly the row's
+    numbers, else empty (their "no answer" score); other generators' answers as they are."""
+    if generator not in ARITHMETIC_GENERATORS:
+        return answer
+    numbers = arithmetic_numbers(answer)
+    wanted = entry.get("metadata", {}).get("numbers") if isinstance(entry, dict) else None
+    if numbers is None or not isinstance(wanted, list) or not all(type(n) is int for n in wanted):
+        return ""
+    return answer if sorted(numbers) == sorted(wanted) else ""
+
+
+TYPE_TAG = "__r1kit_type__"
+DECODERS = {"tuple": tuple, "set": set, "frozenset": frozenset, "dict": lambda pairs: {k: v for k, v in pairs}}
+
+
+def decode_value(value):
+    """`json.loads`'s object_hook: r1kit's tagged objects back to tuples, sets and dicts (r1kit.gym_data's
+    `encode_value` writes them; the scorers compare them, arc_agi's grids are tuples)."""
+    if isinstance(value, dict) and value.get(TYPE_TAG) in DECODERS and set(value) == {TYPE_TAG, "items"}:
+        if isinstance(value["items"], list):
+            try:
+                return DECODERS[value[TYPE_TAG]](value["items"])
+            except (TypeError, ValueError):
+                return value
+    return value
+
+
+FULL_MARKS = 1.0 - 1e-9
+FOILS = 3  # questions of the same generator an answer at full marks is checked against
+
+
+class Scorer:
+    """One generator with its options: its `score_answer`, and foils generated on first need."""
+
+    def __init__(self, generator: str, dataset):
+        self.generator, self.dataset = generator, dataset
+        self._foils = None
+        self.told_apart: dict = {}  # question -> indices of the foils its scorer tells apart from it (`foil_check`)
+
+    def score(self, answer: str, entry) -> float:
+        return float(self.dataset.score_answer(filtered_answer(self.generator, answer, entry), entry))
+
+    def foils(self) -> list:
+        """The generator's own first questions (made here, before any child; reasoning-gym's data, not a row's)."""
+        if self._foils is None:
+            self._foils = [self.dataset[i] for i in range(min(FOILS, len(self.dataset)))]
+        return self._foils
+
+    def foil_check(self, answer: str, entry, told_apart) -> tuple:
+        """For an answer at full marks on `entry`: ("constant", ...) when it also takes full marks on a foil that the
+        scorer tells apart from `entry` (one answer for several questions: coin_flip's scorer pays "0" on every
+        probability below 1, puzzle24's one expression on any numbers), else ("ok", ...); ("blind", ...) when there
+        are foils but the scorer tells none apart (game_of_life_halting pays any non-empty answer). The second item
+        lists the foils told apart (`told_apart`: that list, when already known for this question)."""
+        if told_apart is None:
+            told_apart = self.foils_told_apart(entry)
+        if told_apart == "blind":
+            return "blind", []
+        foils = self.foils()
+        return ("constant" if any(self._full_marks(answer, foils[i]) for i in told_apart) else "ok"), told_apart
+
+    def foils_told_apart(self, entry):
+        """The indices of the foils the scorer tells apart from `entry` both ways (neither's answer takes full marks
+        on the other: a foil that pays every answer, propositional_logic's contradictory premises, tells nothing);
+        "blind" when there are foils with another question and another answer but none is told apart. Foils and
+        questions without an answer (None) are not compared."""
+        gold = entry.get("answer")
+        candidates = [i for i, f in enumerate(self.foils()) if gold is not None and f.get("answer") is not None
+                      and f.get("question") != entry.get("question") and str(f["answer"]) != str(gold)]
+        told_apart = [i for i in candidates if not self._full_marks(str(self.foils()[i]["answer"]), entry)
+                      and not self._full_marks(str(gold), self.foils()[i])]
+        return "blind" if candidates and not told_apart else told_apart
+
+    def _full_marks(self, answer: str, entry) -> bool:
+        """Whether `answer` scores full marks on `entry`; a scorer that raises has not given them."""
+        try:
+            return self.score(answer, entry) >= FULL_MARKS
+        except Exception:  # noqa: BLE001 - a foil that does not fit the answer's shape
+            return False
+
+
+def score_in_child(scorer, answer, entry, told_apart, timeout, write_fd) -> None:
     """The forked child: isolate, limit, score, report, exit (never returns)."""
     try:
         null = os.open("/dev/null", os.O_RDWR)
@@ -115,30 +267,58 @@ def score_in_child(scorer, answer, entry, timeout, write_fd) -> None:
         used = int(open("/proc/self/statm").read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
         resource.setrlimit(resource.RLIMIT_AS, (used + MEMORY_HEADROOM, used + MEMORY_HEADROOM))
         resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))
-        seconds = max(1, int(timeout) + 1)
+        seconds = max(1, int(2 * timeout) + 1)  # the score, then the foil check (each within `timeout`)
         resource.setrlimit(resource.RLIMIT_CPU, (seconds, seconds))
         builtins.eval, builtins.exec = guarded_eval(builtins.eval), guarded_exec(builtins.exec)
-        score = float(scorer.score_answer(answer, entry))
-        os.write(write_fd, repr(score).encode()[:RESULT_BYTES])
+        score = scorer.score(answer, entry)
+        os.write(write_fd, (repr(score)[:RESULT_BYTES] + "\n").encode())
+        if score >= FULL_MARKS:
+            outcome, foils = scorer.foil_check(answer, entry, told_apart)
+            os.write(write_fd, f"{outcome} {','.join(map(str, foils))}\n".encode())
     except BaseException as e:  # noqa: BLE001 - whatever the answer caused is its own verdict
-        os.write(write_fd, ("!" + type(e).__name__).encode()[:RESULT_BYTES])
+        os.write(write_fd, ("!" + type(e).__name__)[:RESULT_BYTES].encode() + b"\n")
     finally:
         os._exit(0)
 
 
-def wait_result(read_fd, timeout) -> bytes | None:
-    """The child's result, or None when it did not finish writing within `timeout` seconds."""
-    deadline, data = time.monotonic() + timeout, b""
-    while True:
+def read_line(read_fd, timeout, pending: bytearray) -> bytes | None:
+    """The child's next result line (without its newline) within `timeout` seconds; None when it did not finish one
+    in time or wrote too much; b"" when it closed the pipe first."""
+    deadline = time.monotonic() + timeout
+    while b"\n" not in pending:
         left = deadline - time.monotonic()
-        if left <= 0 or not select.select([read_fd], [], [], left)[0]:
+        if left <= 0 or len(pending) > RESULT_BYTES or not select.select([read_fd], [], [], left)[0]:
             return None
-        chunk = os.read(read_fd, RESULT_BYTES + 1)
+        chunk = os.read(read_fd, RESULT_BYTES + 2)
         if not chunk:
-            return data
-        data += chunk
-        if len(data) > RESULT_BYTES:
-            return data[:RESULT_BYTES]
+            return b""
+        pending += chunk
+    line, _, rest = bytes(pending).partition(b"\n")
+    pending[:] = rest
+    return line
+
+
+def child_verdict(read_fd, timeout) -> tuple:
+    """(the verdict, the foils told apart from the question or None) from the child's lines: its score; for a score
+    at full marks, the foil check's outcome, within another `timeout` (an answer that stalls the check earns nothing)."""
+    pending = bytearray()
+    result = verdict(read_line(read_fd, timeout, pending))
+    if result.get("score", 0.0) < FULL_MARKS:
+        return result, None
+    check = read_line(read_fd, timeout, pending)
+    if check is None:
+        return {"error": "time"}, None
+    if check.startswith(b"!"):
+        return verdict(check), None
+    outcome, _, foils = check.decode("ascii", "replace").partition(" ")
+    told_apart = [int(i) for i in foils.split(",") if i.isdigit() and int(i) < FOILS]
+    if outcome == "ok":
+        return result, told_apart
+    if outcome == "constant":
+        return {"score": 0.0, "degenerate": "constant"}, told_apart
+    if outcome == "blind":
+        return {"unjudgeable": "its scorer pays other questions' answers on it, so cannot tell them apart"}, "blind"
+    return {"error": "crash"}, None
 
 
 def clear_children(child: int) -> None:
@@ -159,17 +339,20 @@ def clear_children(child: int) -> None:
             return
 
 
-def warm_up(scorer, entry) -> None:
-    """Scores the gold and a non-answer once here, before any child: the modules a scorer imports on first use (some
-    build classes with `eval`) are then loaded without the children's guard."""
-    for answer in (str(entry.get("answer", "")), "0", "x"):
-        try:
-            scorer.score_answer(answer, entry)
-        except Exception:  # noqa: BLE001 - only the imports matter here
-            pass
+def warm_up(dataset) -> None:
+    """Scores the generator's own first question (its answer and two non-answers) once here, before any child: the
+    modules a scorer imports on first use (some build classes with `eval`) are then loaded without the children's
+    guard. Never a row's data: this process runs no text it did not make."""
+    try:
+        entry = dataset[0]
+        for answer in (str(entry.get("answer", "")), "0", "x"):
+            dataset.score_answer(answer, entry)
+    except Exception:  # noqa: BLE001 - only the imports matter here
+        pass
 
 
 def verdict(raw: bytes | None) -> dict:
+    """A result line as a verdict: a score, or the error the answer caused."""
     if raw is None:
         return {"error": "time"}
     text = raw.decode("ascii", "replace")
@@ -230,32 +413,38 @@ def main() -> None:
     out.write('{"ready": true}\n')
     out.flush()
     for line in lines:
-        request = json.loads(line)
+        request = json.loads(line, object_hook=decode_value)
         key = json.dumps([request["generator"], request["options"]], sort_keys=True)
         try:
             if key not in scorers:
-                scorers[key] = reasoning_gym.create_dataset(request["generator"], size=1, seed=0, **request["options"])
-                warm_up(scorers[key], request["entry"])
+                dataset = reasoning_gym.create_dataset(request["generator"], size=FOILS, seed=0, **request["options"])
+                warm_up(dataset)
+                scorers[key] = Scorer(request["generator"], dataset)
+            scorers[key].foils()
         except Exception as e:  # noqa: BLE001 - the data names a generator or options it cannot build
             out.write(json.dumps({"unjudgeable": f"{type(e).__name__}: {e}"[:300]}) + "\n")
             out.flush()
             continue
+        question = request["entry"].get("question")
+        question = question if isinstance(question, str) else None
+        told_apart = scorers[key].told_apart.get(question)
         read_fd, write_fd = os.pipe()
         child = os.fork()
         if child == 0:
             if os.getppid() != 1:
                 os.setpgid(0, 0)
-            score_in_child(scorers[key], request["answer"], request["entry"], timeout, write_fd)
+            score_in_child(scorers[key], request["answer"], request["entry"], told_apart, timeout, write_fd)
         os.close(write_fd)
-        raw = wait_result(read_fd, timeout)
+        result, found = child_verdict(read_fd, timeout)
+        if found is not None and question is not None:  # the next answers to this question skip that half
+            scorers[key].told_apart[question] = found
         os.close(read_fd)
         clear_children(child)
         if os.getpid() == 1:  # in the jail: its tmpfs folders hold only what answers wrote
             wipe("/tmp", keep=("/tmp/work",))  # the working folder bwrap made (this process's cwd)
             wipe("/dev/shm")
-        out.write(json.dumps(verdict(raw)) + "\n")
+        out.write(json.dumps(result) + "\n")
         out.flush()
-
 
 if __name__ == "__main__":
     main()
