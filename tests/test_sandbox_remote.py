@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 import threading
+import time
 import types
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -14,8 +16,17 @@ import pytest
 from r1kit.config.schema import GRPOScriptArguments
 from r1kit.rewards import get_reward_funcs
 from r1kit.rewards.code import make_code_reward
-from r1kit.sandbox import COMPILE_ERROR, PASSED, SANDBOX_ERROR, TIME_LIMIT, WRONG_ANSWER, Program, get_provider
-from r1kit.sandbox.remote import RemoteError, post_json
+from r1kit.sandbox import (
+    COMPILE_ERROR,
+    PASSED,
+    RUNTIME_ERROR,
+    SANDBOX_ERROR,
+    TIME_LIMIT,
+    WRONG_ANSWER,
+    Program,
+    get_provider,
+)
+from r1kit.sandbox.remote import OutOfTime, RemoteError, post_json
 
 SUM = Program("a, b = map(int, input().split())\nprint(a + b)", inputs=["1 2\n", "2 2\n"], expected=["3", "5"])
 
@@ -118,12 +129,12 @@ def test_piston_down_scores_none_through_the_reward(server, monkeypatch):
 def test_client_errors_are_not_retried(server):
     fake = server(lambda path, body, n: (400, {"message": "python-9 runtime is unknown"}))
     with pytest.raises(RemoteError, match="HTTP 400"):
-        post_json(fake.url + "/api/v2/execute", {}, timeout=5)
+        post_json(fake.url + "/api/v2/execute", {}, deadline=5)
     assert len(fake.requests) == 1
 
 
 @pytest.mark.slow
-def test_http_timeouts_bound_every_request():
+def test_the_deadline_bounds_every_request_retries_included():
     import socket
     import time
 
@@ -131,9 +142,9 @@ def test_http_timeouts_bound_every_request():
     listener.bind(("127.0.0.1", 0))
     listener.listen(8)  # accepts connections, never answers
     start = time.monotonic()
-    with pytest.raises(RemoteError, match="failed after 2 attempts"):
-        post_json(f"http://127.0.0.1:{listener.getsockname()[1]}/x", {}, timeout=0.5, retries=1, backoff=0.01)
-    assert time.monotonic() - start < 5
+    with pytest.raises(OutOfTime, match="within 0.5 s"):
+        post_json(f"http://127.0.0.1:{listener.getsockname()[1]}/x", {}, deadline=0.5, retries=3, backoff=0.01)
+    assert time.monotonic() - start < 1.5  # one deadline for all 4 attempts, not one per attempt
     listener.close()
 
 
@@ -172,7 +183,7 @@ def test_router_url_from_the_config_reaches_the_provider(server, kind):
     text = "```python\na, b = map(int, input().split())\nprint(a + b)\n```"
     assert code_reward([text, text], verification_info=[info, info]) == [0.5, 0.5]
     assert binary([text], verification_info=[info]) == [0.0]
-    assert len(fake.requests) == 2
+    assert len(fake.requests) == 3  # one program per request: a flood past its byte cap is that program's alone
 
 
 @pytest.mark.slow
@@ -252,3 +263,237 @@ def test_piston_sends_each_tests_files_and_cannot_judge_file_output(server):
     assert [r.status for r in per_test] == [PASSED, PASSED]
     assert sorted(f["content"] for _, body in fake.requests for f in body["files"] if f["name"] == "input.txt") == ["a", "b"]
     assert [r.status for r in writes_file] == [SANDBOX_ERROR] and len(fake.requests) == 2  # never sent
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Hostile servers: every answer is untrusted. Each case is bounded (bytes, seconds) and checks that the call returns
+# in time, scores as the failure policy says (the server's fault: None; a program's flood: wrong) and leaves no timer
+# thread or memory behind.
+# --------------------------------------------------------------------------------------------------------------------
+class RawServer:
+    """A TCP server on 127.0.0.1 that reads each HTTP request and hands the connection to `behave(conn)`, which may
+    do what no honest server does: stall, trickle, flood, garble, hang up half way."""
+
+    def __init__(self, behave):
+        self.behave, self.requests, self.sent = behave, [], 0
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn):
+        with conn:
+            data = b""
+            while b"\r\n\r\n" not in data and len(data) < 1 << 16:
+                data += conn.recv(4096) or b"\r\n\r\n"
+            head, _, body = data.partition(b"\r\n\r\n")
+            length = int(next((h.split(b":")[1] for h in head.split(b"\r\n") if h.lower().startswith(b"content-length")), 0))
+            while len(body) < length:
+                body += conn.recv(1 << 16) or b"x" * length
+            self.requests.append(json.loads(body[:length]))
+            try:
+                self.behave(conn, self)
+            except OSError:  # the client hung up: what a bounded client does
+                pass
+
+    def send(self, conn, data: bytes):
+        conn.sendall(data)
+        self.sent += len(data)
+
+    def close(self):
+        self.listener.close()
+
+
+@pytest.fixture()
+def raw_server():
+    servers = []
+
+    def start(behave):
+        servers.append(RawServer(behave))
+        return servers[-1]
+
+    yield start
+    for s in servers:
+        s.close()
+
+
+def answer(body, status: str = "200 OK"):
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+
+    def behave(conn, server):
+        server.send(conn, f"HTTP/1.1 {status}\r\nContent-Length: {len(data)}\r\nConnection: close\r\n\r\n".encode() + data)
+
+    return behave
+
+
+def trickle(head: bytes, seconds: float = 30.0):
+    """Sends `head` and then one byte every 50 ms, for `seconds` at most (the test's own bound)."""
+
+    def behave(conn, server):
+        server.send(conn, head)
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            server.send(conn, b" ")
+            time.sleep(0.05)
+
+    return behave
+
+
+def flood(declared: int | None, total: int = 256 << 20):
+    """Streams up to `total` bytes (the test's bound); `declared` is the Content-Length it claims, if any."""
+
+    def behave(conn, server):
+        length = f"Content-Length: {declared}\r\n" if declared is not None else ""
+        server.send(conn, f"HTTP/1.1 200 OK\r\n{length}Connection: close\r\n\r\n[\"".encode())
+        chunk = b"A" * (1 << 16)
+        while server.sent < total:
+            server.send(conn, chunk)
+
+    return behave
+
+
+def hang_up_half_way(conn, server):
+    server.send(conn, b'HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{"run": {"std')
+
+
+def no_timer_left() -> bool:
+    return not [t for t in threading.enumerate() if isinstance(t, threading.Timer) and t.is_alive()]
+
+
+PISTON_GARBLED = [
+    [], "passed", 7, {"run": []}, {"run": {"code": "0"}}, {"run": {"code": True}}, {"run": {"code": 0, "stdout": 5}},
+    {"run": {"code": 0, "signal": ["SIGKILL"]}}, {"run": {}}, {"compile": "failed", "run": {"code": 0}},
+    {"message": ["not", "text"]}, {"language": "python"}, {"run": {"code": 1, "status": "XX", "message": 3}},
+    b"<html>502 Bad Gateway</html>", b"[" * 100_000 + b"]" * 100_000, b'{"run": {"code": 0, "stdout": "\xff\xfe"}}',
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("garbled", PISTON_GARBLED, ids=range(len(PISTON_GARBLED)))
+def test_piston_garbled_answers_are_sandbox_errors_never_exceptions(raw_server, garbled, monkeypatch):
+    monkeypatch.setattr("r1kit.sandbox.remote.time.sleep", lambda s: None)
+    fake = raw_server(answer(garbled))
+    (result,) = get_provider("piston", endpoints=fake.url).execute([Program("print(1)", inputs=[""])])[0]
+    assert result.status == SANDBOX_ERROR
+    assert len(fake.requests) == (4 if isinstance(garbled, bytes) else 1)  # what is not JSON is retried (a proxy's page)
+
+
+@pytest.mark.slow
+def test_piston_killed_compile_is_a_compile_error_and_pays_the_penalty(raw_server, monkeypatch):
+    """Piston skips the run of a compile that failed or was killed (exit code null): the program's doing, so
+    cf_code's -0.1 applies, never None."""
+    from r1kit.rewards.competitive import make_cf_code_reward
+
+    killed = {"language": "c++", "version": "10.2.0",
+              "compile": {"stdout": "", "stderr": "", "code": None, "signal": "SIGKILL", "status": "TO"}}
+    fake = raw_server(answer(killed))
+    monkeypatch.setenv("PISTON_ENDPOINTS", fake.url)
+    reward = make_cf_code_reward(provider="piston", test_batch_size=-1)
+    row = {"id": "1/A", "language": "cpp", "official_tests": [{"input": "1", "output": "1"}]}
+    assert reward(["```cpp\ntemplate bomb\n```"], **{k: [v] for k, v in row.items()}) == [-0.1]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("head", [b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n", b"HTTP/1.1 200 OK\r\nX-Slow:"],
+                         ids=["body", "headers"])
+def test_a_trickling_piston_is_cut_at_its_deadline_and_not_asked_again(raw_server, head):
+    fake = raw_server(trickle(head))
+    provider = get_provider("piston", endpoints=fake.url, request_timeout=1.0, num_parallel=2)
+    program = Program("print(1)", inputs=[""] * 6, expected=["1"] * 6, time_limit=1)
+    start = time.monotonic()
+    results = provider.execute([program])[0]
+    took = time.monotonic() - start
+    assert [r.status for r in results] == [SANDBOX_ERROR] * 6
+    assert took < 5  # one 2 s deadline (1 s limit + 1 s), not 6 tests x 4 attempts of it (before: no bound at all)
+    assert len(fake.requests) <= 2 and no_timer_left()  # the two in flight; the rest refused while it is stalled
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("declared", [None, 10**12], ids=["streamed", "declared"])
+def test_a_piston_flood_is_cut_while_reading_and_is_the_programs_fault(raw_server, declared):
+    import tracemalloc
+
+    fake = raw_server(flood(declared))
+    provider = get_provider("piston", endpoints=fake.url, max_reply_bytes=1 << 20)
+    tracemalloc.start()
+    try:
+        (result,) = provider.execute([Program("print('A' * 10**9)", inputs=[""], expected=["1"])])[0]
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert result.status == RUNTIME_ERROR and "flooded" in result.stderr  # wrong, not a skipped None
+    assert peak < 8 << 20  # read up to the 1 MiB cap and dropped (before: the whole answer, +981 MB for a router)
+    assert len(fake.requests) == 1 and no_timer_left()  # a flood is not retried
+
+
+@pytest.mark.slow
+def test_a_piston_that_hangs_up_half_way_is_retried_then_none(raw_server, monkeypatch):
+    monkeypatch.setattr("r1kit.sandbox.remote.time.sleep", lambda s: None)
+    fake = raw_server(hang_up_half_way)
+    (result,) = get_provider("piston", endpoints=fake.url).execute([Program("print(1)", inputs=[""])])[0]
+    assert result.status == SANDBOX_ERROR and len(fake.requests) == 4 and no_timer_left()
+
+
+ROUTER_GARBLED = {
+    "e2b": ["x", {"execution": "x"}, {"execution": {"logs": "x"}}, {"execution": {"logs": {"stdout": "ready"}}},
+            {"execution": {"logs": {"stdout": [1, 2]}}}, {"execution": None, "exception_str": ["x"]}],
+    "morph": ["x", {"stdout": ["x"]}, {"text": 5}, {"stdout": None, "exception_str": {"a": 1}}, {"stdout": 3.5}],
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind,item", [(k, i) for k, items in ROUTER_GARBLED.items() for i in items])
+def test_router_garbled_answers_are_sandbox_errors_never_exceptions(raw_server, kind, item):
+    fake = raw_server(answer([item]))
+    results = get_provider(kind, router_url=fake.url).execute([SUM])[0]
+    assert [r.status for r in results] == [SANDBOX_ERROR, SANDBOX_ERROR]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["e2b", "morph"])
+@pytest.mark.parametrize("reply", [[], [{}, {}], {"results": []}, "ok"], ids=["none", "two", "object", "text"])
+def test_router_answers_of_the_wrong_size_are_sandbox_errors(raw_server, kind, reply):
+    fake = raw_server(answer(reply))
+    assert [r.status for r in get_provider(kind, router_url=fake.url).execute([SUM])[0]] == [SANDBOX_ERROR] * 2
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["e2b", "morph"])
+def test_a_trickling_router_is_cut_at_its_deadline(raw_server, kind, monkeypatch):
+    monkeypatch.setattr("r1kit.sandbox.remote.program_budget", lambda program: 1.0)  # the test's 2 s deadline
+    fake = raw_server(trickle(b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n"))
+    provider = get_provider(kind, router_url=fake.url, timeout=1.0, request_timeout=1.0)
+    start = time.monotonic()
+    results = provider.execute([SUM, SUM, SUM])
+    assert time.monotonic() - start < 5  # before: more than 150 s
+    assert [r.status for tests in results for r in tests] == [SANDBOX_ERROR] * 6 and no_timer_left()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["e2b", "morph"])
+def test_a_router_flood_is_that_programs_wrong_answer_and_spares_its_batch_mates(server, kind, monkeypatch):
+    """One program floods the router's stdout (remotely nothing stops it writing to the harness's own stdout): its
+    answer passes its byte cap while read, so its tests are wrong; the honest program next to it is judged as usual."""
+    monkeypatch.setattr("r1kit.sandbox.remote.router_reply_limit", lambda program: 1 << 20)
+    honest = router(kind)
+
+    def handle(path, body, n):
+        if b"FLOOD".hex() in body["scripts"][0]:  # the request travels marshalled, in hex
+            stdout = "A" * (3 << 20)
+            item = ({"execution": {"logs": {"stdout": [stdout]}}, "exception_str": None} if kind == "e2b"
+                    else {"stdout": stdout, "exception_str": None})
+            return 200, [item]
+        return honest(path, body, n)
+
+    fake = server(handle)
+    flooder = Program("print('FLOOD')", inputs=[""], expected=["x"])
+    flooded, summed = get_provider(kind, router_url=fake.url).execute([flooder, SUM])
+    assert [r.status for r in flooded] == [RUNTIME_ERROR] and "flooded" in flooded[0].stderr
+    assert [r.status for r in summed] == [PASSED, WRONG_ANSWER]
