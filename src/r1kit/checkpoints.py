@@ -1,8 +1,10 @@
-"""Resume policy: which checkpoint a run continues from (`resume: auto | never | path`).
+"""Resume policy: which checkpoint a run continues from (`resume: auto | never | path`), and whether there is anything
+left to train.
 
 `auto` continues from the newest *complete* checkpoint in `output_dir` (a half-written one, e.g. from a crash while
 saving, is skipped with a warning) and says so at the default log level; `never` starts fresh; a path continues from
-that checkpoint. Shared by `r1kit grpo` and `r1kit sft`.
+that checkpoint. A run that completed records it in `r1kit_run.json`; under `auto`, rerunning it does nothing
+(`completed_run`) unless the recipe asks for more steps. Shared by `r1kit grpo` and `r1kit sft`.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ WEIGHT_FILES = (
     "adapter_model.bin",
 )
 CHECKPOINT_NAME = re.compile(r"^checkpoint-(\d+)$")
+RUN_RECORD = "r1kit_run.json"  # what a run says about itself: status (running, interrupted, completed), steps, versions
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -86,3 +89,39 @@ def find_resume_checkpoint(output_dir: str, resume: str) -> str | None:
             return str(path)
         logger.warning("Skipping incomplete checkpoint %s: %s.", path, problem)
     return None
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# A finished run stays finished
+# --------------------------------------------------------------------------------------------------------------------
+def read_run_record(output_dir: str) -> dict:
+    """`OUTPUT_DIR/r1kit_run.json`, or {} when there is none or it cannot be read (an older r1kit wrote none)."""
+    try:
+        record = json.loads((Path(output_dir) / RUN_RECORD).read_text())
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+def completed_run(output_dir: str, max_steps: int, num_train_epochs: float) -> str | None:
+    """The one line to say when `output_dir` holds a completed run that the recipe asks nothing more of, else None.
+
+    More is asked when `max_steps` (> 0) is above the step the run reached, or, for a recipe counted in epochs
+    (`max_steps` <= 0), when `num_train_epochs` is above the completed run's or the completed run was counted in steps.
+    """
+    record = read_run_record(output_dir)
+    if record.get("status") != "completed" or not isinstance(record.get("global_step"), int):
+        return None
+    reached = record["global_step"]
+    if max_steps > 0:
+        if max_steps > reached:
+            return None
+        target = f"max_steps {max_steps}"
+    else:
+        before = record.get("num_train_epochs")
+        if (record.get("max_steps") or 0) > 0 or not isinstance(before, (int, float)) or num_train_epochs > before:
+            return None
+        target = f"num_train_epochs {num_train_epochs:g}"
+    finished = f", finished {record['finished']}" if record.get("finished") else ""
+    return (f"{output_dir} holds a completed run (step {reached}{finished}); nothing to do for {target} "
+            f"(resume: auto). Raise max_steps to train further, or set resume: never to start over.")

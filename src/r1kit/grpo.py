@@ -7,7 +7,10 @@
             start-up block
     train:  `trainer.train`, then its metrics and state (`run.train`)
     finish: the final model and card, the final benchmark evaluations, the optional evaluation and push
-            (`run.finish`), summary.json
+            (`run.finish`), summary.json, the completion record (`run.complete`)
+
+SIGTERM or SIGINT during training ends the step, saves a checkpoint and exits 75 (interrupted, resumable: the same
+command continues); rerunning a completed run does nothing (exit 0) unless max_steps was raised (see `r1kit.run`).
 
 Launch it any of these ways:
     r1kit grpo --config recipe.yaml
@@ -139,6 +142,7 @@ def finish(run: runs.Run, metrics: dict) -> dict:
     if summary:
         runs.write_json(run, "summary.json", summary)
         metrics["summary"] = summary
+    runs.complete(run)
     return metrics
 
 
@@ -252,7 +256,10 @@ def run(args) -> int:
 
 
 def train_and_report(script_args: GRPOScriptArguments, training_args: GRPOConfig, model_args: ModelConfig) -> int:
-    metrics = pipeline(script_args, training_args, model_args)
+    try:
+        metrics = pipeline(script_args, training_args, model_args)
+    except runs.RunStopped as stop:  # interrupted (75) or already complete (0): said in one line already
+        return stop.exit_code
     if "summary" in metrics:
         print_summary(metrics["summary"])
     return 0

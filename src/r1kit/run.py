@@ -1,31 +1,46 @@
 """What every training run shares, GRPO and SFT alike, around the trainer each command builds:
 
-    prepare(training_args)       seed, threads, logging, the resume decision, W&B variables -> checkpoint
-    train(run)                   trainer.train (resuming), then its metrics and state -> metrics
+    prepare(training_args)       seed, threads, logging, the output folder's lock, the resume decision, W&B variables
+                                 -> checkpoint
+    train(run)                   trainer.train (resuming, stopping cleanly on SIGTERM/SIGINT), then its metrics and
+                                 state -> metrics
     finish(run, metrics)         the final model and card, final benchmark evaluations, the Hub push
+    complete(run)                the completion record; the lock released
 
-and the files a run writes besides the model: `r1kit_run.json` (world size, resumed-from checkpoint, versions),
-`summary.json` / `sft_summary.json` (each command's), and what a dry run prints (`resolved_recipe`). Only the main
-process writes; every process computes.
+and the files a run writes besides the model: `r1kit_run.json` (status, world size, resumed-from checkpoint,
+versions), `summary.json` / `sft_summary.json` (each command's), and what a dry run prints (`resolved_recipe`). Only
+the main process writes; every process computes.
+
+A run's life (`Lifecycle`): one run per output folder (`_r1kit.lock`, held from `prepare` to `complete`); SIGTERM or
+SIGINT during training finishes the current step, saves a checkpoint and stops with `RunInterrupted` (the command
+exits 75, EX_TEMPFAIL: interrupted, resumable), every process stopping at the same step; a completed run is left
+alone by `resume: auto` (`RunAlreadyComplete`, exit 0). The commands catch `RunStopped` and return its exit code.
 """
 
 from __future__ import annotations
 
 import copy
+import fcntl
 import json
 import logging
 import os
+import signal
+import socket
 import sys
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
+from transformers import TrainerCallback
 
 from r1kit.callbacks import EvaluateBenchmarksCallback, HeldOutAccuracyCallback
-from r1kit.checkpoints import find_resume_checkpoint
+from r1kit.checkpoints import RUN_RECORD, completed_run, find_resume_checkpoint, read_run_record
 from r1kit.config.schema import RunFields
+from r1kit.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 startup_logger = logging.getLogger("r1kit.startup")  # the start-up block: plain lines on the main process
@@ -57,8 +72,9 @@ class Run:
 
 def prepare(training_args: RunFields, check: Callable[[], None]) -> str | None:
     """Seed, torch threads, logging; then `check()` (the command's pre-flight: nothing is decided about a run that
-    cannot start); then the resume decision and the W&B variables. Returns the checkpoint to resume from (None:
-    start at step 0)."""
+    cannot start); then the output folder's lock and signals (`begin`: raises ConfigError when another run holds the
+    folder, `RunAlreadyComplete` when `resume: auto` finds nothing left to train), the resume decision and the W&B
+    variables. Returns the checkpoint to resume from (None: start at step 0)."""
     import torch  # deferred: torch
     from transformers import set_seed
 
@@ -68,15 +84,34 @@ def prepare(training_args: RunFields, check: Callable[[], None]) -> str | None:
     setup_logging(training_args)
     log_process(training_args)
     check()
+    begin(training_args)
     checkpoint = find_resume_checkpoint(training_args.output_dir, training_args.resume)
     export_wandb_env(training_args)
     return checkpoint
 
 
 def train(run: Run) -> dict:
-    """Trains (from the run's checkpoint when resuming); saves the metrics and the trainer state."""
+    """Trains (from the run's checkpoint when resuming); saves the metrics and the trainer state. On SIGTERM or
+    SIGINT the current step ends, a checkpoint is saved and `RunInterrupted` is raised (no final metrics: the run is
+    not finished)."""
     logger.info("*** Train ***")
-    metrics = run.trainer.train(resume_from_checkpoint=run.checkpoint).metrics
+    trainer = run.trainer
+    life, own = (_current, False) if _current is not None else (Lifecycle.for_trainer(trainer), True)
+    if getattr(trainer.args, "enable_jit_checkpoint", False):
+        logger.info("enable_jit_checkpoint: r1kit handles SIGTERM itself (the step ends, a checkpoint is saved, exit "
+                    "code %s); transformers' JIT checkpoint stays unused.", EXIT_INTERRUPTED)
+    stopper = StopAtStepEnd(life)
+    trainer.add_callback(stopper)
+    life.start_training()  # after the trainer's construction: its JIT checkpoint callback took SIGTERM there
+    try:
+        metrics = trainer.train(resume_from_checkpoint=run.checkpoint).metrics
+    finally:
+        life.phase = "finishing"
+        trainer.remove_callback(stopper)
+        if own:
+            life.end()
+    if life.stopped_at is not None:
+        stop_interrupted(run, life)
     metrics["train_samples"] = run.train_rows
     run.trainer.log_metrics("train", metrics)
     run.trainer.save_metrics("train", metrics)
@@ -112,6 +147,303 @@ def run_eval(run: Run) -> None:
     eval_metrics["eval_samples"] = len(trainer.eval_dataset)
     trainer.log_metrics("eval", eval_metrics)
     trainer.save_metrics("eval", eval_metrics)
+
+
+def complete(run: Run) -> None:
+    """The last call of a run: `r1kit_run.json` records it completed (the step reached, `max_steps`, epochs), so that
+    `resume: auto` leaves it alone; then the output folder's lock and the signal handlers are released."""
+    trainer = run.trainer
+    if trainer.accelerator.is_main_process:
+        update_run_record(trainer.args.output_dir, status="completed", global_step=trainer.state.global_step,
+                          max_steps=trainer.args.max_steps, num_train_epochs=trainer.args.num_train_epochs,
+                          finished=now())
+    if _current is not None:
+        _current.end()
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# A run's life: one run per output folder, a clean stop on SIGTERM/SIGINT, a completed run left alone
+# --------------------------------------------------------------------------------------------------------------------
+EXIT_INTERRUPTED = 75  # sysexits.h EX_TEMPFAIL: interrupted, resumable; the same command continues the run
+LOCK_FILE = "_r1kit.lock"  # "_*": the trainer's Hub uploads leave it out
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+class RunStopped(Exception):
+    """The run stopped early on purpose and has said why in one line; the command exits with `exit_code`."""
+
+    exit_code = 0
+
+
+class RunInterrupted(RunStopped):
+    """SIGTERM or SIGINT during training: the step finished, a checkpoint was saved; the same command resumes."""
+
+    exit_code = EXIT_INTERRUPTED
+
+
+class RunAlreadyComplete(RunStopped):
+    """`resume: auto` found a completed run in `output_dir` and the recipe asks nothing more of it."""
+
+
+class OutputLock:
+    """One run per output folder: an exclusive `flock` on `OUTPUT_DIR/_r1kit.lock`, held while the run lives, the
+    file naming its holder (pid, host, since when). The kernel drops the lock when its process ends however it ends,
+    so a lock left by a killed run is free; its file still names that run, which is how a take-over is noticed. The
+    file is emptied, never deleted, on release: a deleted lock file would let two runs lock two different files."""
+
+    def __init__(self, folder: Path, fd: int):
+        self.path, self.fd = folder / LOCK_FILE, fd
+        stat = os.fstat(fd)
+        self.identity = (stat.st_dev, stat.st_ino)
+
+    @classmethod
+    def acquire(cls, folder: Path) -> OutputLock | None:
+        """The lock, or ConfigError naming the run that holds it; None (with a warning) where the file system has no
+        locks."""
+        fd = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = describe_holder(read_holder(fd))
+            os.close(fd)
+            raise ConfigError(f"output_dir: {folder} is in use by another run ({holder}); wait for it to end, or "
+                              "choose another output_dir") from None
+        except OSError as e:  # a file system without flock (some network mounts)
+            os.close(fd)
+            logger.warning("Cannot lock output_dir %s (%s): a second run into it would not be noticed.", folder,
+                           e.strerror or e)
+            return None
+        previous = read_holder(fd)
+        if previous:
+            logger.warning("Taking over the lock of output_dir %s from a run that is gone (%s).", folder,
+                           describe_holder(previous))
+        holder = {"pid": os.getpid(), "host": socket.gethostname(), "since": now(), "argv": sys.argv}
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(holder).encode(), 0)
+        return cls(folder, fd)
+
+    def intact(self) -> bool:
+        """Whether the lock file is still the one this run locked (not deleted with its folder, nor replaced)."""
+        try:
+            stat = os.stat(self.path)
+        except OSError:
+            return False
+        return (stat.st_dev, stat.st_ino) == self.identity
+
+    def release(self) -> None:
+        if self.fd < 0:
+            return
+        try:
+            os.ftruncate(self.fd, 0)  # no holder named: the next run starts without a take-over line
+        except OSError:
+            pass
+        os.close(self.fd)  # closing the last descriptor drops the flock
+        self.fd = -1
+
+
+def read_holder(fd: int) -> dict:
+    try:
+        holder = json.loads(os.pread(fd, 65536, 0) or b"{}")
+    except (OSError, ValueError):
+        return {"unreadable": True}
+    return holder if isinstance(holder, dict) else {"unreadable": True}
+
+
+def describe_holder(holder: dict) -> str:
+    if not holder or "pid" not in holder:
+        return "holder not recorded"
+    return f"pid {holder.get('pid')} on host {holder.get('host', '?')}, since {holder.get('since', '?')}"
+
+
+class Lifecycle:
+    """One run's hold on its output folder and on SIGTERM/SIGINT, from `prepare` until it completes or stops.
+
+    A signal before training stops the process at once (exit 75: nothing trained yet, nothing to save). During
+    training it is deferred to the end of the current step, where every process learns of it (`StopAtStepEnd`), saves
+    and stops. After training the run finishes (final model, records) and exits 0. A second SIGINT stops at once,
+    unsaved (exit 130); a second SIGTERM (a launcher passing Slurm's on) is ignored: the run is already stopping. The
+    signals are handled in the process that installed the handlers only; a process forked from it (a worker pool)
+    keeps the behaviour it had before."""
+
+    def __init__(self, output_dir: str, is_main: bool, world_size: int):
+        self.output_dir, self.is_main, self.world_size = output_dir, is_main, world_size
+        self.lock: OutputLock | None = None
+        self.received: int | None = None  # the first stop signal
+        self.phase = "setup"  # then "training", then "finishing"
+        self.stopped_at: int | None = None  # the step training stopped at, on a signal
+        self.previous: dict[int, Any] = {}
+        self.pid = os.getpid()
+
+    @classmethod
+    def for_trainer(cls, trainer) -> Lifecycle:
+        """Signals only, for a trainer built without `prepare` (no lock)."""
+        return cls(trainer.args.output_dir, trainer.accelerator.is_main_process, trainer.args.world_size)
+
+    def hold_signals(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return  # Python runs signal handlers on the main thread only; elsewhere the defaults stay
+        for number in STOP_SIGNALS:
+            previous = signal.signal(number, self.on_signal)
+            self.previous.setdefault(number, previous)
+
+    def start_training(self) -> None:
+        self.phase = "training"
+        self.hold_signals()
+
+    def on_signal(self, number: int, frame) -> None:
+        if os.getpid() != self.pid:  # a forked worker: its old behaviour
+            self.pass_on(number, frame)
+            return
+        name = signal.Signals(number).name
+        if self.received is None:
+            self.received = number
+            if self.phase == "setup":
+                self.say(f"r1kit: {name} before training started: stopping; nothing to save. The same command "
+                         f"starts the run again (exit code {EXIT_INTERRUPTED}).")
+                raise SystemExit(EXIT_INTERRUPTED)
+            again = "; Ctrl-C again stops at once, unsaved" if number == signal.SIGINT else ""
+            if self.phase == "training":
+                self.say(f"r1kit: {name} received: finishing this step, then saving a checkpoint{again}.")
+            else:
+                self.say(f"r1kit: {name} received: training is done; writing the final model first{again}.")
+            return
+        if number == signal.SIGINT:
+            self.say("r1kit: second SIGINT: stopping now; nothing more is saved.")
+            raise SystemExit(130)
+
+    def pass_on(self, number: int, frame) -> None:
+        previous = self.previous.get(number, signal.SIG_DFL)
+        if callable(previous):
+            previous(number, frame)
+        elif previous != signal.SIG_IGN:
+            signal.signal(number, signal.SIG_DFL)
+            os.kill(os.getpid(), number)
+
+    def say(self, line: str) -> None:
+        """One line on stderr, from a signal handler (no logging lock taken: the handler may interrupt a log call)."""
+        if self.is_main:
+            try:
+                os.write(2, (line + "\n").encode())
+            except OSError:
+                pass
+
+    def step_end_flags(self, args) -> tuple[bool, bool]:
+        """(stop, folder lost), agreed by every process: a signal reaching any one process stops all of them at the
+        same step, so that no process waits in a collective (a checkpoint save) that the others never enter."""
+        stop = self.received is not None
+        lost = self.is_main and not self.folder_intact()
+        if self.world_size > 1:
+            import torch  # deferred: torch
+            import torch.distributed as dist
+
+            if dist.is_available() and dist.is_initialized():
+                flags = torch.tensor([int(stop), int(lost)], device=args.device)  # CUDA under NCCL
+                dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+                stop, lost = bool(flags[0]), bool(flags[1])
+        return stop, lost
+
+    def folder_intact(self) -> bool:
+        return self.lock.intact() if self.lock is not None else Path(self.output_dir).is_dir()
+
+    def end(self) -> None:
+        """Releases the lock and puts the previous signal handlers back."""
+        global _current
+        if threading.current_thread() is threading.main_thread():
+            for number, previous in self.previous.items():
+                if signal.getsignal(number) == self.on_signal:
+                    signal.signal(number, previous)
+        self.previous = {}
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
+        if _current is self:
+            _current = None
+
+
+_current: Lifecycle | None = None  # the run this process is running (one at a time)
+
+
+def begin(training_args: RunFields) -> Lifecycle:
+    """Takes the output folder for this run (the main process locks it) and the stop signals. Raises ConfigError when
+    another run holds the folder, `RunAlreadyComplete` when `resume: auto` finds a completed run with nothing more to
+    train; every process raises alike (the main process decides)."""
+    global _current
+    if _current is not None:  # an earlier run in this process that ended in an exception
+        _current.end()
+    life = Lifecycle(training_args.output_dir, training_args.process_index == 0, training_args.world_size)
+    verdict = None
+    if life.is_main:
+        try:
+            Path(training_args.output_dir).mkdir(parents=True, exist_ok=True)
+            life.lock = OutputLock.acquire(Path(training_args.output_dir))
+            if training_args.resume == "auto":
+                done = completed_run(training_args.output_dir, training_args.max_steps, training_args.num_train_epochs)
+                verdict = ("complete", done) if done else None
+        except ConfigError as e:
+            verdict = ("error", str(e))
+    verdict = from_main(verdict, training_args.world_size)
+    if verdict is not None:
+        life.end()
+        kind, message = verdict
+        if kind == "error":
+            raise ConfigError(message)
+        if life.is_main:
+            logger.warning(message)
+        raise RunAlreadyComplete(message)
+    life.hold_signals()
+    _current = life
+    return life
+
+
+def from_main(value: Any, world_size: int) -> Any:
+    """`value` as the main process has it, on every process (processes that decided differently would hang)."""
+    if world_size <= 1:
+        return value
+    import torch.distributed as dist  # deferred: torch
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return value
+    box = [value]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+class StopAtStepEnd(TrainerCallback):
+    """At each step end: every process agrees whether to stop (a signal reached one of them) and whether the output
+    folder is gone. Stopping saves a checkpoint of the step (whatever `save_strategy` and `save_steps` say) and ends
+    training; a lost folder is an error, before anything is saved into a folder that a later run would not find."""
+
+    def __init__(self, life: Lifecycle):
+        self.life = life
+
+    def on_step_end(self, args, state, control, **kwargs):
+        stop, lost = self.life.step_end_flags(args)
+        if lost:
+            raise ConfigError(f"output_dir: {self.life.output_dir} was deleted or replaced during step "
+                              f"{state.global_step} (its {LOCK_FILE} is gone); this run's checkpoints and records "
+                              "would be lost, so it stops here")
+        if stop and state.global_step < state.max_steps:  # at the last step the run just finishes
+            control.should_save = True
+            control.should_training_stop = True
+            self.life.stopped_at = state.global_step
+        return control
+
+
+def stop_interrupted(run: Run, life: Lifecycle) -> None:
+    """After training stopped on a signal: records the interruption in `r1kit_run.json`, says so in one line and
+    raises `RunInterrupted`. No final model is written: a model of an unfinished run must not look final."""
+    trainer, step = run.trainer, life.stopped_at
+    name = signal.Signals(life.received).name if life.received else "a signal"
+    checkpoint = Path(trainer.args.output_dir) / f"checkpoint-{step}"
+    if trainer.accelerator.is_main_process:
+        update_run_record(trainer.args.output_dir, status="interrupted", global_step=step, signal=name,
+                          checkpoint=str(checkpoint), interrupted=now())
+    message = (f"Interrupted by {name} at step {step} of {trainer.state.max_steps}: saved {checkpoint}; the same "
+               f"command resumes from it (exit code {EXIT_INTERRUPTED}).")
+    if trainer.accelerator.is_main_process:
+        logger.warning(message)
+    life.end()
+    raise RunInterrupted(message)
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -166,19 +498,47 @@ def export_wandb_env(training_args: RunFields) -> None:
 # Files a run writes
 # --------------------------------------------------------------------------------------------------------------------
 def write_run_metadata(training_args: RunFields, resumed_from: str | None) -> None:
-    """`OUTPUT_DIR/r1kit_run.json`: world size, the checkpoint resumed from, versions, the command line."""
+    """`OUTPUT_DIR/r1kit_run.json`: status `running`, world size, the checkpoint resumed from, versions, the command
+    line, host, process and start time. `complete` or an interruption updates its status."""
     import torch  # deferred: torch
     import transformers
     import trl
 
     meta = {
+        "status": "running",
         "world_size": training_args.world_size,
         "resumed_from": resumed_from,
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__, "trl": trl.__version__},
         "argv": sys.argv,
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "started": now(),
     }
     Path(training_args.output_dir).mkdir(parents=True, exist_ok=True)
-    (Path(training_args.output_dir) / "r1kit_run.json").write_text(json.dumps(meta, indent=2))
+    write_json_file(Path(training_args.output_dir) / RUN_RECORD, meta)
+
+
+def update_run_record(output_dir: str, **fields) -> None:
+    """Sets `fields` in `OUTPUT_DIR/r1kit_run.json`, keeping the rest."""
+    write_json_file(Path(output_dir) / RUN_RECORD, {**read_run_record(output_dir), **fields})
+
+
+def write_json_file(path: Path, content: Any) -> None:
+    """Writes `content` as JSON to a temporary file beside `path`, then renames it over `path`: a kill or a full disk
+    leaves the old file or the new one, never a torn one."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with temporary.open("w", encoding="utf-8") as f:
+            f.write(json.dumps(content, indent=2))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)
+
+
+def now() -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S %z")
 
 
 def save_final_model(trainer, output_dir: str, dataset_name: str | None, model_name: str | None = None) -> None:
@@ -330,9 +690,9 @@ def heldout_summary(run: Run, metrics: dict) -> dict | None:
 
 
 def write_json(run: Run, name: str, content: dict) -> None:
-    """`OUTPUT_DIR/<name>` on the main process."""
+    """`OUTPUT_DIR/<name>` on the main process, written atomically (`write_json_file`)."""
     if run.trainer.accelerator.is_main_process:
-        (Path(run.trainer.args.output_dir) / name).write_text(json.dumps(content, indent=2))
+        write_json_file(Path(run.trainer.args.output_dir) / name, content)
 
 
 def resolved_recipe(*args: Any) -> str:

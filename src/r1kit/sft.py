@@ -7,7 +7,8 @@
 The pipeline mirrors `r1kit grpo`: strict recipe parsing (unknown keys, key migrations), checks before anything
 loads, the dataset (a Hub id, local files or folders, a mixture, or the built-in `r1kit:addition` worked solutions),
 the tokenizer (the recipe's `chat_template`, ChatML when the tokenizer has none, as Open-R1's sft.py), the model,
-Open-R1's callbacks (Hub revisions, per-checkpoint benchmarks), `resume: auto | never | path`, and the same outputs
+Open-R1's callbacks (Hub revisions, per-checkpoint benchmarks), `resume: auto | never | path`, the same run life
+(one run per output_dir, SIGTERM/SIGINT: a checkpoint and exit 75, a completed run left alone) and the same outputs
 (`r1kit_run.json`, metrics, trainer state, a model card). Conversational data comes in a `messages` column, as in
 Open-R1's datasets, or as prompt/completion.
 
@@ -116,6 +117,7 @@ def pipeline(script_args: SFTScriptArguments, training_args: SFTConfig, model_ar
     runs.write_json(run, "sft_summary.json", summary)
     if script_args.publish_to and trainer.accelerator.is_main_process:
         publish(Path(training_args.output_dir), Path(script_args.publish_to), summary)
+    runs.complete(run)
     return summary
 
 
@@ -168,7 +170,10 @@ def run(args) -> int:
 
 
 def train_and_report(script_args: SFTScriptArguments, training_args: SFTConfig, model_args: ModelConfig) -> int:
-    summary = pipeline(script_args, training_args, model_args)
+    try:
+        summary = pipeline(script_args, training_args, model_args)
+    except runs.RunStopped as stop:  # interrupted (75) or already complete (0): said in one line already
+        return stop.exit_code
     accuracy = "" if summary["heldout_accuracy"] is None else f", held-out accuracy {summary['heldout_accuracy']}"
     print(f"SFT done: {summary['steps']} steps, {summary['train_seconds']} s, train loss {summary['train_loss']}{accuracy}")
     return 0

@@ -1,0 +1,334 @@
+"""A run's life, GRPO and SFT alike: SIGTERM or SIGINT saves a checkpoint and exits 75 (interrupted, resumable) and
+the same command then continues exactly; a completed run is left alone by `resume: auto`; one run per output_dir
+(a lock naming its holder, a stale one taken over, a deleted folder an error). Every wait is bounded."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from transformers import TrainerControl, TrainerState
+
+from r1kit import run as runs
+from r1kit.checkpoints import completed_run
+from r1kit.errors import ConfigError
+from tests.helpers import raises_naming, tiny_recipe, write_recipe
+
+REPO = Path(__file__).resolve().parents[1]
+STARTUP_SECONDS = 240  # a cold start on a busy 2-core machine: imports, data, model, first step
+SFT_MESSAGES = [{"messages": [{"role": "user", "content": f"What is {i} + {i}?"},
+                              {"role": "assistant", "content": f"<think>{i} and {i}</think><answer>{2 * i}</answer>"}]}
+                for i in range(48)]
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Helpers: a training command in a subprocess, watched line by line, every wait bounded
+# --------------------------------------------------------------------------------------------------------------------
+class Command:
+    """A training command in its own process; its output (stdout and stderr) is read by a thread into `lines`."""
+
+    def __init__(self, command: str, recipe: Path, *flags: str):
+        env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+        self.proc = subprocess.Popen([sys.executable, "-m", f"r1kit.{command}", "--config", str(recipe), *flags],
+                                     cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.lines: list[str] = []
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            self.lines.append(line)
+
+    def wait_for(self, text: str, seconds: float = STARTUP_SECONDS) -> None:
+        """Until a line holds `text`; fails when the process ends first or `seconds` pass."""
+        deadline = time.monotonic() + seconds
+        while not any(text in line for line in list(self.lines)):
+            assert self.proc.poll() is None, f"ended (exit {self.proc.returncode}) before {text!r}:\n{self.log[-3000:]}"
+            assert time.monotonic() < deadline, f"no {text!r} within {seconds} s:\n{self.log[-3000:]}"
+            time.sleep(0.01)
+
+    def finish(self, seconds: float = 300) -> int:
+        """The exit code, waiting at most `seconds` (then the process is killed and the test fails)."""
+        try:
+            code = self.proc.wait(timeout=seconds)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            pytest.fail(f"still running after {seconds} s:\n{self.log[-3000:]}")
+        self.reader.join(timeout=10)
+        return code
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+
+    @property
+    def log(self) -> str:
+        return "".join(self.lines)
+
+
+def run_to_end(command: str, recipe: Path, *flags: str, seconds: float = 600) -> tuple[int, str]:
+    cmd = Command(command, recipe, *flags)
+    try:
+        code = cmd.finish(seconds)
+    finally:
+        cmd.kill()
+    return code, cmd.log
+
+
+def losses(output_dir: Path) -> dict[int, dict]:
+    state = json.loads((output_dir / "trainer_state.json").read_text())
+    return {e["step"]: e for e in state["log_history"] if "loss" in e}
+
+
+def interrupt_after_first_step(command: str, recipe: Path, signal_number: int) -> tuple[int, str]:
+    """Starts the command, sends `signal_number` once it has logged a step, returns (exit code, output)."""
+    cmd = Command(command, recipe)
+    try:
+        cmd.wait_for("{'loss'")  # the trainer's log line of a finished step
+        cmd.proc.send_signal(signal_number)
+        return cmd.finish(), cmd.log
+    finally:
+        cmd.kill()
+
+
+def assert_interrupted_cleanly(code: int, log: str, out: Path, signal_name: str, max_steps: int) -> int:
+    """Exit 75, one line naming the signal and the saved checkpoint, no traceback, no final model. Returns the step."""
+    assert code == runs.EXIT_INTERRUPTED, log[-3000:]
+    assert "Traceback" not in log, log[-3000:]
+    said = [line for line in log.splitlines() if f"Interrupted by {signal_name} at step" in line]
+    assert len(said) == 1, log[-3000:]
+    record = json.loads((out / "r1kit_run.json").read_text())
+    step = record["global_step"]
+    assert record["status"] == "interrupted" and 1 <= step < max_steps
+    assert f"checkpoint-{step}" in said[0]
+    checkpoint = out / f"checkpoint-{step}"
+    for name in ("model.safetensors", "optimizer.pt", "scheduler.pt", "rng_state.pth", "trainer_state.json"):
+        assert (checkpoint / name).is_file(), name
+    assert json.loads((checkpoint / "trainer_state.json").read_text())["global_step"] == step
+    assert not (out / "model.safetensors").exists() and not (out / "train_results.json").exists()  # nothing looks final
+    return step
+
+
+def assert_same_losses(resumed: dict[int, dict], full: dict[int, dict], steps, keys=("loss", "grad_norm")) -> None:
+    for step in steps:
+        for key in keys:
+            assert resumed[step][key] == pytest.approx(full[step][key], rel=1e-5, abs=1e-7), (step, key)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Preemption: a real training process, signalled
+# --------------------------------------------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_grpo_on_sigterm_saves_exits_75_and_the_same_command_resumes_exactly(tmp_path, tiny_model_dir, math_jsonl):
+    max_steps = 5
+    reward = {"reward_funcs": ["tests.rewards_for_tests:slow_length_variety"]}  # a step takes ~1 s: room to signal
+    full = tmp_path / "full"
+    path = write_recipe(tmp_path, **tiny_recipe(tiny_model_dir, math_jsonl, full, max_steps=max_steps, **reward))
+    code, log = run_to_end("grpo", path)
+    assert code == 0, log[-3000:]
+
+    out = tmp_path / "out"
+    # save_strategy no: the stop saves anyway. enable_jit_checkpoint: transformers' own SIGTERM handling must not
+    # turn the stop into a run that looks finished (it used to write the final model and exit 0).
+    recipe = write_recipe(tmp_path, **tiny_recipe(tiny_model_dir, math_jsonl, out, max_steps=max_steps,
+                                                  save_strategy="no", enable_jit_checkpoint=True, **reward))
+    code, log = interrupt_after_first_step("grpo", recipe, signal.SIGTERM)
+    step = assert_interrupted_cleanly(code, log, out, "SIGTERM", max_steps)
+
+    code, log = run_to_end("grpo", recipe)  # the same command
+    assert code == 0, log[-3000:]
+    assert f"Resuming from {out / f'checkpoint-{step}'}" in log
+    resumed = losses(out)
+    assert sorted(resumed) == list(range(1, max_steps + 1))
+    assert_same_losses(resumed, losses(full), range(step + 1, max_steps + 1), ("loss", "grad_norm", "reward"))
+    record = json.loads((out / "r1kit_run.json").read_text())
+    assert record["status"] == "completed" and record["global_step"] == max_steps
+    assert (out / "model.safetensors").is_file()
+
+
+@pytest.mark.slow
+def test_sft_on_sigint_saves_exits_75_and_the_same_command_resumes_exactly(tmp_path, tiny_model_dir):
+    data = tmp_path / "messages.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in SFT_MESSAGES))
+    max_steps = 200  # ~30 steps a second here: the signal lands long before the end
+
+    def recipe(out: Path, **keys) -> Path:
+        return write_recipe(tmp_path, model_name_or_path=str(tiny_model_dir), dataset_name=str(data), max_length=64,
+                            per_device_train_batch_size=8, max_steps=max_steps, save_steps=1000, logging_steps=1,
+                            learning_rate=1.0e-3, lr_scheduler_type="constant", report_to="none", bf16=False,
+                            output_dir=str(out), seed=3, **keys)
+
+    full = tmp_path / "full"
+    code, log = run_to_end("sft", recipe(full))
+    assert code == 0, log[-3000:]
+
+    out = tmp_path / "out"
+    path = recipe(out)  # save_steps 1000: no checkpoint would exist without the stop
+    code, log = interrupt_after_first_step("sft", path, signal.SIGINT)
+    assert "KeyboardInterrupt" not in log
+    step = assert_interrupted_cleanly(code, log, out, "SIGINT", max_steps)
+
+    code, log = run_to_end("sft", path)
+    assert code == 0, log[-3000:]
+    resumed = losses(out)
+    assert sorted(resumed) == list(range(1, max_steps + 1))
+    assert_same_losses(resumed, losses(full), range(step + 1, max_steps + 1))
+
+    # A finished run stays finished: the same command again says so and trains nothing.
+    before = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
+    code, log = run_to_end("sft", path)
+    assert code == 0, log[-3000:]
+    assert len([line for line in log.splitlines() if "holds a completed run" in line]) == 1, log[-3000:]
+    assert "Resuming from" not in log and "'loss'" not in log
+    assert {p.name: p.stat().st_mtime_ns for p in out.iterdir()} == before
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# One run per output_dir
+# --------------------------------------------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_a_second_run_into_a_busy_output_dir_is_refused_and_a_deleted_folder_stops_the_first(
+        tmp_path, tiny_model_dir, math_jsonl):
+    out = tmp_path / "out"
+    path = write_recipe(tmp_path, **tiny_recipe(tiny_model_dir, math_jsonl, out, max_steps=50, save_steps=1000,
+                                                reward_funcs=["tests.rewards_for_tests:slow_length_variety"]))
+    first = Command("grpo", path)
+    try:
+        first.wait_for("{'loss'")
+        code, log = run_to_end("grpo", path, seconds=STARTUP_SECONDS)
+        errors = [line for line in log.splitlines() if line.startswith("r1kit: error:")]
+        assert code == 2 and len(errors) == 1, log[-3000:]
+        assert f"pid {first.proc.pid}" in errors[0] and str(out) in errors[0] and "since" in errors[0]
+        assert first.proc.poll() is None  # the first run is untouched
+
+        # The folder vanishes mid-run (moved away: atomic, while the run writes into it): an error at the next step
+        # end, not a silent success into a folder made again.
+        out.rename(tmp_path / "gone")
+        code = first.finish()
+    finally:
+        first.kill()
+    errors = [line for line in first.log.splitlines() if line.startswith("r1kit: error:")]
+    assert code == 2 and len(errors) == 1, first.log[-3000:]
+    assert "output_dir" in errors[0] and str(out) in errors[0] and "step" in errors[0]
+    assert not (out / "model.safetensors").exists()
+
+
+def test_the_lock_names_its_holder_and_a_stale_one_is_taken_over(tmp_path, caplog):
+    held = runs.OutputLock.acquire(tmp_path)
+    with raises_naming("output_dir", str(tmp_path), f"pid {os.getpid()}"):
+        runs.OutputLock.acquire(tmp_path)
+    # The holder dies without releasing: the kernel drops its flock, its file still names it.
+    os.close(held.fd)
+    caplog.clear()
+    taken = runs.OutputLock.acquire(tmp_path)
+    takeovers = [r.getMessage() for r in caplog.records if "Taking over" in r.getMessage()]
+    assert len(takeovers) == 1 and f"pid {os.getpid()}" in takeovers[0]
+    taken.release()
+    caplog.clear()
+    runs.OutputLock.acquire(tmp_path).release()  # released cleanly: no take-over line
+    assert not [r for r in caplog.records if "Taking over" in r.getMessage()]
+
+
+def test_step_end_stops_with_a_save_on_a_signal_and_fails_on_a_lost_folder(tmp_path):
+    life = runs.Lifecycle(str(tmp_path), is_main=True, world_size=1)
+    life.lock = runs.OutputLock.acquire(tmp_path)
+    stopper, args = runs.StopAtStepEnd(life), SimpleNamespace(device="cpu")
+    state, control = TrainerState(global_step=2, max_steps=5), TrainerControl()
+    stopper.on_step_end(args, state, control)
+    assert not (control.should_save or control.should_training_stop)  # no signal: nothing changes
+
+    life.received = signal.SIGTERM
+    stopper.on_step_end(args, state, control)
+    assert control.should_save and control.should_training_stop and life.stopped_at == 2
+
+    last, control = TrainerState(global_step=5, max_steps=5), TrainerControl()
+    life.stopped_at = None
+    stopper.on_step_end(args, last, control)
+    assert life.stopped_at is None  # at the last step the run just finishes (and writes its final model)
+
+    replaced = tmp_path / runs.LOCK_FILE
+    replaced.unlink()
+    replaced.write_text("")  # the folder deleted and made again by someone else: not this run's lock
+    with raises_naming("output_dir", str(tmp_path), "step"):
+        stopper.on_step_end(args, state, TrainerControl())
+    life.end()
+
+
+def test_signals_before_during_and_after_training(tmp_path):
+    """Before training: stop at once (75). During: remember, stop at the step end; a second SIGINT stops at once
+    (130), a second SIGTERM is ignored. The previous handlers come back at the end."""
+    before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+
+    def deliver(number):
+        os.kill(os.getpid(), number)
+        for _ in range(200):  # Python runs the handler between two bytecodes of the main thread
+            time.sleep(0.005)
+
+    life = runs.Lifecycle(str(tmp_path), is_main=False, world_size=1)
+    life.hold_signals()
+    try:
+        with pytest.raises(SystemExit) as stopped:
+            deliver(signal.SIGTERM)
+        assert stopped.value.code == runs.EXIT_INTERRUPTED
+
+        life.received, life.phase = None, "training"
+        deliver(signal.SIGTERM)
+        deliver(signal.SIGTERM)  # a launcher passing Slurm's signal on: already stopping
+        assert life.received == signal.SIGTERM
+        life.received = None
+        deliver(signal.SIGINT)
+        with pytest.raises(SystemExit) as stopped:
+            deliver(signal.SIGINT)
+        assert stopped.value.code == 130
+    finally:
+        life.end()
+    assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# A finished run stays finished
+# --------------------------------------------------------------------------------------------------------------------
+def test_a_completed_run_is_left_alone_unless_more_is_asked(tmp_path):
+    def record(**fields):
+        (tmp_path / "r1kit_run.json").write_text(json.dumps({"status": "completed", **fields}))
+
+    record(global_step=6, max_steps=6, num_train_epochs=3.0)
+    said = completed_run(str(tmp_path), 6, 3.0)
+    assert said and "step 6" in said and "max_steps" in said and "resume: never" in said
+    assert completed_run(str(tmp_path), 4, 3.0)  # fewer steps asked: still nothing to do
+    assert completed_run(str(tmp_path), 8, 3.0) is None  # max_steps raised: train on
+    record(global_step=12, max_steps=-1, num_train_epochs=2.0)  # counted in epochs
+    assert completed_run(str(tmp_path), -1, 2.0)
+    assert completed_run(str(tmp_path), -1, 3.0) is None
+    for status in ("running", "interrupted"):
+        record(status=status, global_step=6, max_steps=6)
+        assert completed_run(str(tmp_path), 6, 3.0) is None
+    (tmp_path / "r1kit_run.json").write_text('{"status": "compl')  # torn: not a completion
+    assert completed_run(str(tmp_path), 6, 3.0) is None
+
+
+def test_begin_refuses_a_completed_run_under_resume_auto_only(tmp_path):
+    (tmp_path / "r1kit_run.json").write_text(json.dumps({"status": "completed", "global_step": 3, "max_steps": 3}))
+    args = SimpleNamespace(output_dir=str(tmp_path), process_index=0, world_size=1, resume="auto", max_steps=3,
+                           num_train_epochs=3.0)
+    with pytest.raises(runs.RunAlreadyComplete) as done:
+        runs.begin(args)
+    assert done.value.exit_code == 0
+    runs.OutputLock.acquire(tmp_path).release()  # the refused run let go of the folder
+    args.resume = "never"
+    life = runs.begin(args)
+    try:
+        with pytest.raises(ConfigError):  # and a started one holds it
+            runs.OutputLock.acquire(tmp_path)
+    finally:
+        life.end()
