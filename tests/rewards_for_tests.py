@@ -41,3 +41,16 @@ def flat_or_length_logged(prompts, completions, flat, **kwargs):
 def nan_on_row_two(completions, **kwargs):
     """1.0 for every completion but the third, which gets NaN: a reward with a bug."""
     return [float("nan") if i == 2 else 1.0 for i in range(len(completions))]
+
+
+def none_on_even_rows(completions, **kwargs):
+    """None (cannot judge) for every other completion, 1.0 for the rest."""
+    return [None if i % 2 == 0 else 1.0 for i in range(len(completions))]
+
+
+def judges_nothing(completions, **kwargs):
+    """None for every completion, with the warning a reward logs when its tests are out of reach."""
+    import logging
+
+    logging.getLogger("r1kit.rewards.tests").warning("test cases out of reach: nothing to run")
+    return [None] * len(completions)

@@ -89,7 +89,18 @@ def test_open_r1_recipe_dry_runs_clean(name, tmp_path, tiny_model_dir, capsys, m
     recipe = {**COMMON, **keys, "model_name_or_path": str(tiny_model_dir), "dataset_name": str(data)}
     argv = ["grpo", "--config", str(write_recipe(tmp_path, **recipe)), "--dry-run", "--world-size", str(world_size)]
     # this machine has neither wandb nor the Hub: a recipe asking for them is an error here, as it should be
-    code = main([*argv, "--report_to", "none", "--push_to_hub", "false"])
+    argv += ["--report_to", "none", "--push_to_hub", "false"]
+    if "ioi_code" in keys["reward_funcs"]:
+        # its rows name their tests on the Hub (open-r1/ioi-test-cases), out of reach here: ioi_code would judge
+        # nothing, so the dry run says so; with a local copy of the tests it passes
+        assert main(argv) == 2
+        assert "ioi_test_cases" in capsys.readouterr().err
+        tests = tmp_path / "ioi-tests"
+        tests.mkdir()
+        (tests / "2024.jsonl").write_text(json.dumps({"id": "nile", "test_name": "0-01", "test_input": "1\n",
+                                                      "test_output": "1\n"}) + "\n")
+        argv += ["--ioi_test_cases", str(tests)]
+    code = main(argv)
     err = capsys.readouterr().err
     assert code == 0, err
     assert "Traceback" not in err

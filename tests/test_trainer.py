@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import json
 import math
 from pathlib import Path
 
@@ -87,3 +88,29 @@ def test_a_diverging_run_stops_before_the_update_and_saves_no_non_finite_weights
         weights = load_file(str(checkpoint / "model.safetensors"))
         assert all(torch.isfinite(t).all() for t in weights.values()), checkpoint
     assert not (out / "model.safetensors").exists()  # no final model from a diverged run
+
+
+@pytest.mark.slow
+def test_a_reward_that_judges_nothing_stops_the_run_with_its_name_and_warning(tmp_path, tiny_model_dir, math_jsonl):
+    out = tmp_path / "out"
+    recipe = tiny_recipe(tiny_model_dir, math_jsonl, out, max_steps=4, save_steps=10,
+                         reward_funcs=["tests.rewards_for_tests:length_variety", "tests.rewards_for_tests:judges_nothing"])
+    with raises_naming("judges_nothing", "100%", "unjudged_share_limit", "test cases out of reach"):
+        run(tmp_path, recipe)
+    rows = [json.loads(line) for line in (out / "completions.jsonl").read_text().splitlines()]
+    assert {r["step"] for r in rows} == {1, 2}  # stopped in the second generation batch
+
+
+@pytest.mark.slow
+def test_a_share_of_unjudged_rows_stops_only_below_the_limit_the_recipe_sets(tmp_path, tiny_model_dir, math_jsonl):
+    rewards = ["tests.rewards_for_tests:length_variety", "tests.rewards_for_tests:none_on_even_rows"]
+    recipe = tiny_recipe(tiny_model_dir, math_jsonl, tmp_path / "a", max_steps=2, save_steps=10, reward_funcs=rewards)
+    run(tmp_path, recipe)  # half the rows unjudged: the default limit (1.0) lets it train
+    strict = tiny_recipe(tiny_model_dir, math_jsonl, tmp_path / "b", max_steps=2, save_steps=10, reward_funcs=rewards,
+                         unjudged_share_limit=0.5)
+    with raises_naming("none_on_even_rows", "50%"):
+        run(tmp_path, strict)
+    never = tiny_recipe(tiny_model_dir, math_jsonl, tmp_path / "c", max_steps=2, save_steps=10,
+                        reward_funcs=["tests.rewards_for_tests:length_variety", "tests.rewards_for_tests:judges_nothing"],
+                        unjudged_share_limit=None)
+    run(tmp_path, never)  # the recipe allows it explicitly

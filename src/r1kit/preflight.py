@@ -134,6 +134,8 @@ def check_loaded_dataset(script_args: GRPOScriptArguments, training_args: GRPOCo
             "add rows, or lower per_device_train_batch_size or gradient_accumulation_steps"
         )
     data.check_reward_columns(script_args.reward_funcs, dataset[split].column_names, split)
+    if "ioi_code" in script_args.reward_funcs and "test_cases" not in dataset[split].column_names:
+        data.check_source(script_args.ioi_test_cases, "ioi_test_cases")  # else ioi_code judges nothing, step after step
     try:
         check_code_rows(script_args.reward_funcs, dataset[split], script_args.code_language)
     except ValueError as e:

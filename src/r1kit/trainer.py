@@ -39,6 +39,7 @@ not trained), `sampling/surplus_groups_dropped` (groups with signal beyond a ful
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import json
@@ -166,6 +167,28 @@ def check_reward_values(name: str, values) -> list[float | None]:
     return checked
 
 
+class RecentWarnings(logging.Handler):
+    """The last few warnings the rewards and the sandbox logged (one line each), quoted when a reward that judges
+    nothing stops the run: they say why (the warning itself is logged once per distinct problem)."""
+
+    def __init__(self, size: int = 3):
+        super().__init__(level=logging.WARNING)
+        self.recent: collections.deque[str] = collections.deque(maxlen=size)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.recent.append(" ".join(record.getMessage().split())[:300])
+
+
+RECENT_REWARD_WARNINGS = RecentWarnings()
+
+
+def watch_reward_warnings() -> None:
+    for name in ("r1kit.rewards", "r1kit.sandbox"):
+        watched = logging.getLogger(name)
+        if RECENT_REWARD_WARNINGS not in watched.handlers:
+            watched.addHandler(RECENT_REWARD_WARNINGS)
+
+
 class ColocatedEngine:
     """Greedy generation on the trainer's colocated vLLM engine at the policy's current weights: what the held-out
     accuracy callback generates with when the run has one (`R1Trainer.colocated_engine`).
@@ -271,6 +294,8 @@ class R1Trainer(GRPOTrainer):
         self.reward_funcs = [f if isinstance(f, torch.nn.Module) else checked_reward(f, name)
                              for f, name in zip(self.reward_funcs, self.reward_func_names)]
         self.reward_listeners = list(reward_listeners or [])
+        self._unjudged_streak: dict[int, int] = {}  # reward index -> generation batches running left unjudged
+        watch_reward_warnings()
         self.dynamic_sampling = self.args.dynamic_sampling
         self.max_rounds = self.args.dynamic_sampling_max_rounds if self.dynamic_sampling else 1
         rules = CurriculumRules.from_config(self.args)
@@ -319,7 +344,28 @@ class R1Trainer(GRPOTrainer):
         self._round_rewards = rewards  # gathered over ranks: every rank sees every group's rewards
         for listener in self.reward_listeners:
             listener(self, prompts, completions, rewards)
+        if self.model.training:
+            self._stop_if_unjudged(rewards)
         return rewards
+
+    def _stop_if_unjudged(self, rewards: torch.Tensor) -> None:
+        """Stops the run when a reward leaves `unjudged_share_limit` of its rows unjudged (NaN in TRL's gathered
+        tensor: the reward returned None) in two generation batches running: it judges nothing (test cases out of
+        reach, no sandbox), and training on the other rewards alone would go unnoticed. Every rank sees the same
+        gathered rewards, so every rank stops together."""
+        limit = self.args.unjudged_share_limit
+        if limit is None or rewards.numel() == 0:
+            return
+        shares = torch.isnan(rewards).float().mean(dim=0).tolist()
+        for i, (name, share) in enumerate(zip(self.reward_func_names, shares)):
+            self._unjudged_streak[i] = self._unjudged_streak.get(i, 0) + 1 if share >= limit else 0
+            if self._unjudged_streak[i] >= 2:
+                recent = "; ".join(RECENT_REWARD_WARNINGS.recent) or "none logged"
+                raise ConfigError(
+                    f"reward '{name}' left {share:.0%} of the rows unjudged (None) in two generation batches running "
+                    f"(unjudged_share_limit {limit:g}), so it trains nothing. Its latest warnings: {recent}. Fix the "
+                    "cause (test cases out of reach, the sandbox, the rows), or set unjudged_share_limit: null to "
+                    "train anyway")
 
     def _generate_and_score_completions(self, inputs):
         if self.picker is None or not self.model.training:

@@ -609,6 +609,10 @@ class GRPOConfig(RunFields, trl.GRPOConfig):
         curriculum_explore (`float`, defaults to `0.1`): probability that a prompt the curriculum would skip is
             taken anyway, so that its estimate stays current.
         curriculum_history (`int`, defaults to `4`): appearances per prompt the pass-rate estimate averages.
+        unjudged_share_limit (`float` or `None`, defaults to `1.0`): a reward that leaves at least this share of a
+            generation batch unjudged (None: test cases unreachable, no sandbox, unparseable golds), two batches
+            running, stops the run with its name and its latest warnings. 1.0 stops only a reward that judges
+            nothing; lower it to be stricter; `None` never stops (the rows still count in the logs).
     """
 
     dynamic_sampling: bool = field(
@@ -629,6 +633,10 @@ class GRPOConfig(RunFields, trl.GRPOConfig):
     )
     curriculum_history: int = field(default=4, metadata={"help": "Appearances the pass-rate estimate averages."})
     num_completions_to_print: int | None = field(default=0, metadata={"help": "Completions printed per log step."})
+    unjudged_share_limit: float | None = field(
+        default=1.0, metadata={"help": "Stop when a reward leaves this share of two generation batches running "
+                                       "unjudged (None); null: never stop."}
+    )
     heldout_eval_steps: int = field(default=0, metadata={"help": "heldout_accuracy: evaluate every N steps (0: start/end)."})
     heldout_size: int = field(default=200, metadata={"help": "heldout_accuracy: test problems evaluated."})
     log_completions_file: bool = field(default=True, metadata={"help": "Write OUTPUT_DIR/completions.jsonl."})
@@ -667,6 +675,9 @@ class GRPOConfig(RunFields, trl.GRPOConfig):
             ("curriculum_explore", ">=", 0), ("curriculum_explore", "<=", 1), ("curriculum_history", ">=", 1),
         ])
         self.check_curriculum_window()
+        limit = self.unjudged_share_limit
+        if limit is not None and not (isinstance(limit, (int, float)) and 0.0 < limit <= 1.0):
+            raise ConfigError(f"unjudged_share_limit must be in (0, 1] or null (never stop), got {limit!r}")
 
     def check_curriculum_window(self) -> None:
         """`curriculum_pass_rate_window` is `[low, high]` with 0 <= low <= high <= 1 (also given as "low,high")."""
