@@ -32,6 +32,7 @@ from r1kit.sandbox.program import (
     NoReply,
     Program,
     Provider,
+    ReplyReader,
     TestResult,
     harness_request,
     harness_source,
@@ -45,7 +46,7 @@ from r1kit.sandbox.remote import E2BProvider, MorphProvider, PistonProvider
 
 __all__ = [
     "COMPILE_ERROR", "CUT_SHORT", "HARNESS", "LANGUAGES", "MEMORY_LIMIT", "PASSED", "PROVIDERS", "RUNTIME_ERROR",
-    "SANDBOX_ERROR", "TIME_LIMIT", "WRONG_ANSWER", "NoReply", "Program", "Provider", "ProviderName", "TestResult",
+    "SANDBOX_ERROR", "TIME_LIMIT", "WRONG_ANSWER", "NoReply", "Program", "Provider", "ProviderName", "ReplyReader", "TestResult",
     "get_provider", "harness_request", "harness_source", "judge", "normalise_output", "outputs_match", "parse_reply",
     "program_budget",
 ]
