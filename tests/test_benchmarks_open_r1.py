@@ -4,8 +4,11 @@ from local files of their Hub schemas."""
 from __future__ import annotations
 
 import argparse
+import base64
 import json
+import pickle
 import re
+import zlib
 
 import pytest
 
@@ -108,3 +111,101 @@ def test_gpqa_rows_become_a_fixed_multiple_choice(tmp_path):
     assert load(str(path))[1][0] == item  # same order every time
     wrong = next(x for x in "ABCD" if x != letter)
     assert score_choice([item], [[f"The answer is {letter}", f"I pick {wrong}"]]) == [[1.0, 0.0]]
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Hostile benchmark rows: each is skipped and counted (never an exception, never inflated past its cap), and the
+# good rows around it are still asked.
+# --------------------------------------------------------------------------------------------------------------------
+def packed(value) -> str:
+    """LiveCodeBench's private-test encoding: base64(zlib(pickle(value)))."""
+    return base64.b64encode(zlib.compress(pickle.dumps(value))).decode()
+
+
+def test_livecodebench_private_tests_in_their_hub_encoding_load(tmp_path):
+    tests = [{"input": "3\n", "output": "6\n", "testtype": "stdin"}, {"input": "4\n", "output": "8\n", "testtype": "stdin"}]
+    path = tmp_path / "lcb.jsonl"
+    path.write_text(json.dumps(dict(LCB_ROWS[0], private_test_cases=packed(json.dumps(tests)))) + "\n")
+    _, (item,) = load(str(path))
+    assert [t["input"] for t in item["tests"]] == ["2\n", "3\n", "4\n"]
+
+
+class Evil:
+    def __reduce__(self):
+        return (print, ("pwned",))
+
+
+def zlib_bomb(size: int) -> str:
+    inflater = zlib.compressobj(9)
+    return base64.b64encode(b"".join(inflater.compress(b"\0" * (1 << 20)) for _ in range(size >> 20))
+                            + inflater.flush()).decode()
+
+
+HOSTILE_LCB = {
+    "zlib bomb": {"private_test_cases": zlib_bomb(64 << 20)},
+    "pickled list": {"private_test_cases": packed([{"input": "1", "output": "1"}])},
+    "pickled callable": {"private_test_cases": packed(Evil())},
+    "pickled two strings": {"private_test_cases": packed(("[]", "[]"))},
+    "not base64": {"private_test_cases": "%%% not base64 %%%"},
+    "not zlib": {"private_test_cases": base64.b64encode(b"plain bytes").decode()},
+    "non-mapping tests": {"public_test_cases": json.dumps([1, "x", [2]])},
+    "number as input": {"public_test_cases": json.dumps([{"input": 2, "output": "4"}])},
+    "nested input": {"public_test_cases": json.dumps([{"input": {"a": "b"}, "output": "4"}])},
+    "unknown testtype": {"public_test_cases": json.dumps([{"input": "", "output": "", "testtype": "shell"}])},
+    "functional output not JSON": {"public_test_cases": json.dumps([{"input": "1", "output": "[", "testtype": "functional"}])},
+    "deep JSON": {"public_test_cases": "[" * 100_000 + "]" * 100_000},
+    "JSON that balloons": {"public_test_cases": "[" + ",".join(["[]"] * 200_000) + "]"},
+    "too many keys": {"public_test_cases": json.dumps([{f"k{i}": "" for i in range(100)} | {"input": "", "output": ""}])},
+    "too many tests": {"public_test_cases": json.dumps([{"input": "", "output": ""}] * 5000)},
+    "huge number": {"public_test_cases": '[{"input": "", "output": "", "n": ' + "9" * 5000 + "}]"},
+    "tests not text": {"public_test_cases": 7},
+    "metadata not JSON": {"metadata": "{"},
+    "metadata a list": {"metadata": "[1]"},
+    "func_name not text": {"metadata": json.dumps({"func_name": ["add"]})},
+    "question not text": {"question_content": ["deep" * 3]},
+}
+
+
+def test_hostile_livecodebench_rows_are_skipped_counted_and_bounded(tmp_path, caplog, monkeypatch):
+    import tracemalloc
+
+    from r1kit.benchmarks import get
+
+    cap = 8 << 20
+    monkeypatch.setattr("r1kit.benchmarks.LCB_MAX_TEST_BYTES", cap)  # the 64 MiB bomb inflates 8x past it
+    path = tmp_path / "lcb.jsonl"
+    rows = [LCB_ROWS[0]] + [dict(LCB_ROWS[0], **change) for change in HOSTILE_LCB.values()] + [LCB_ROWS[1]]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    tracemalloc.start()
+    try:
+        with caplog.at_level("WARNING"):
+            items, skipped = get(str(path)).read()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert [i["func_name"] for i in items] == [None, "add"] and skipped == len(HOSTILE_LCB)
+    assert f"{len(HOSTILE_LCB)} row(s) cannot be asked or judged" in caplog.text
+    assert peak < 3 * cap + (16 << 20)  # before: the bomb inflated whole (+1.5 GB for a 1.5 GB bomb)
+
+
+def test_hostile_math_and_gpqa_rows_are_skipped(tmp_path):
+    from r1kit.benchmarks import get
+
+    math_rows = [{"problem": "1+1", "answer": "2"}, {"problem": ["x"], "answer": "2"}, {"problem": "2+2", "answer": {"a": 1}},
+                 {"problem": "3+3", "answer": 6}]
+    path = tmp_path / "math.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in math_rows))
+    items, skipped = get(str(path)).read()
+    assert [i["problem"] for i in items] == ["1+1", "3+3"] and skipped == 2
+    gpqa = {"Question": "Which?", "Correct Answer": "Neon", "Incorrect Answer 1": "Iron", "Incorrect Answer 2": "C",
+            "Incorrect Answer 3": "Na"}
+    path = tmp_path / "gpqa.jsonl"
+    path.write_text(json.dumps(gpqa) + "\n" + json.dumps(dict(gpqa, **{"Incorrect Answer 2": [[["deep"]]]})) + "\n")
+    assert get(str(path)).read()[1] == 1
+
+
+def test_a_benchmark_line_nested_too_deeply_is_a_clear_error(tmp_path):
+    path = tmp_path / "deep.jsonl"
+    path.write_text('{"problem": ' + "[" * 100_000 + "]" * 100_000 + "}\n")
+    with pytest.raises(ConfigError, match="line 1 is not JSON"):
+        load(str(path))

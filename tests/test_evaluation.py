@@ -60,3 +60,17 @@ def test_pass_at_k():
 def test_unknown_benchmark_is_a_clear_error(capsys):
     assert main(["evaluate", "--model", str(DEMO_MODEL), "--benchmarks", "mmlu_pro"]) == 2
     assert "unknown benchmark 'mmlu_pro'" in capsys.readouterr().err
+
+
+def test_evaluate_skips_and_counts_rows_it_cannot_read(tmp_path, tiny_model_dir, caplog):
+    """A hostile row (a question that is not text, an answer that is a structure) is skipped and counted in
+    `unreadable_rows`; the rest is evaluated (before: the first such row stopped the evaluation)."""
+    bench = tmp_path / "b.jsonl"
+    rows = [{"problem": "1+0=", "answer": "1"}, {"problem": {"deep": [[["x"]]]}, "answer": "1"},
+            {"problem": "2+0=", "answer": ["2"]}, {"problem": "3+0=", "answer": 3}]
+    bench.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with caplog.at_level("WARNING"):
+        result = evaluate(str(tiny_model_dir), str(bench), max_new_tokens=2, temperature=0.0)
+    assert result["metrics"]["n"] == 2 and result["metrics"]["unreadable_rows"] == 2
+    assert [s["problem"] for s in result["samples"]] == ["1+0=", "3+0="]
+    assert "2 row(s) cannot be asked or judged" in caplog.text

@@ -11,13 +11,15 @@ A benchmark is a built-in name or a local .jsonl file. A file is read by its sch
 from __future__ import annotations
 
 import base64
+import binascii
 import difflib
 import hashlib
-import io
 import json
+import logging
 import os
-import pickle
+import pickletools
 import random
+import re
 import warnings
 import zlib
 from collections.abc import Callable
@@ -32,14 +34,28 @@ from r1kit.machine import installed
 from r1kit.tasks import addition_problems
 
 EVAL_EXTRA = "pip install 'r1kit[eval]'"
+logger = logging.getLogger(__name__)
+
+
+class BadBenchmarkRow(ValueError):
+    """A benchmark row `r1kit evaluate` cannot ask or judge: it is skipped, counted and named in a warning."""
 
 
 # --------------------------------------------------------------------------------------------------------------------
 # Rows to items: the prompt `r1kit evaluate` asks, and what the judge needs
 # --------------------------------------------------------------------------------------------------------------------
+def _scalars(row: dict, columns: tuple[str, ...]) -> None:
+    """Each of `columns` holds text or a number, the only things a question or an answer is made of."""
+    for column in columns:
+        value = row.get(column)
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            raise BadBenchmarkRow(f"{column} must be text or a number, got {type(value).__name__}")
+
+
 def gpqa_item(row: dict) -> dict:
     """A GPQA question as a multiple choice A-D, the options shuffled by a hash of the question (the same order on
     every run)."""
+    _scalars(row, GPQA.columns)
     options = [row["Correct Answer"], row["Incorrect Answer 1"], row["Incorrect Answer 2"], row["Incorrect Answer 3"]]
     order = list(range(4))
     random.Random(hashlib.sha256(str(row["Question"]).encode()).hexdigest()).shuffle(order)
@@ -49,43 +65,128 @@ def gpqa_item(row: dict) -> dict:
     return {"problem": problem, "answer": letters[order.index(0)]}
 
 
-def _lcb_tests(value) -> list[dict]:
-    """LiveCodeBench test lists: JSON text, or (private tests) zlib-compressed, base64-encoded pickles of JSON text,
-    unpickled with nothing but plain types allowed."""
-    if isinstance(value, list):
-        return value
-    if not value:
-        return []
+# LiveCodeBench's tests are data from a file or the Hub, read without trusting them: what they inflate to is capped
+# before it is built, and only the documented shape is accepted (a grammar, not a list of things refused).
+LCB_MAX_TEST_BYTES = 128 << 20  # one row's tests field, decompressed (real rows hold up to tens of MB)
+LCB_MAX_TESTS = 4096  # tests of one row
+LCB_TEST_TYPES = ("stdin", "functional")
+_PICKLED_TEXT = {"PROTO", "FRAME", "SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "SHORT_BINBYTES", "BINBYTES",
+                 "BINBYTES8", "MEMOIZE", "BINPUT", "LONG_BINPUT", "STOP"}  # the opcodes of a pickled string, no more
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
+_SCALAR = r'(?:""|-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?|true|false|null)'
+_OBJECT = rf'\{{\s*(?:""\s*:\s*{_SCALAR}(?:\s*,\s*""\s*:\s*{_SCALAR}){{0,15}})?\s*\}}'
+_TEST_LIST = re.compile(rf'\s*\[\s*(?:{_OBJECT}(?:\s*,\s*{_OBJECT})*)?\s*\]\s*')  # strings emptied: [{"": ""}, ...]
+
+
+def _inflate(value: str) -> bytes:
+    """base64 then zlib, in steps, refused as soon as the output passes LCB_MAX_TEST_BYTES (a zlib bomb is stopped,
+    not inflated)."""
     try:
-        return json.loads(value)
-    except ValueError:
-        pass
+        data, inflater, out = base64.b64decode(value, validate=True), zlib.decompressobj(), bytearray()
+        while data:
+            out += inflater.decompress(data, 1 << 24)
+            data = inflater.unconsumed_tail
+            if len(out) > LCB_MAX_TEST_BYTES:
+                raise BadBenchmarkRow(f"tests inflate to more than {LCB_MAX_TEST_BYTES >> 20} MiB")
+    except (binascii.Error, ValueError, zlib.error) as e:
+        if isinstance(e, BadBenchmarkRow):
+            raise
+        raise BadBenchmarkRow(f"tests are neither JSON nor base64 zlib data ({str(e)[:100]})") from None
+    return bytes(out)
 
-    class PlainUnpickler(pickle.Unpickler):
-        def find_class(self, module, name):  # no class or function may be built from the dataset
-            raise pickle.UnpicklingError(f"refusing {module}.{name}")
 
-    raw = PlainUnpickler(io.BytesIO(zlib.decompress(base64.b64decode(value)))).load()
-    return json.loads(raw) if isinstance(raw, (str, bytes)) else list(raw)
+def _pickled_text(data: bytes) -> str:
+    """The one string a pickle holds, read from its opcodes without unpickling anything: an object, a container or a
+    second value is refused before it is built."""
+    texts = []
+    try:
+        for op, arg, _ in pickletools.genops(data):
+            if op.name not in _PICKLED_TEXT:
+                raise BadBenchmarkRow(f"pickled tests hold more than one string (opcode {op.name})")
+            if isinstance(arg, (str, bytes)):
+                texts.append(arg)
+    except BadBenchmarkRow:
+        raise
+    except ValueError as e:  # a malformed pickle
+        raise BadBenchmarkRow(f"pickled tests are malformed ({str(e)[:100]})") from None
+    if len(texts) != 1:
+        raise BadBenchmarkRow("pickled tests hold no string")
+    return texts[0] if isinstance(texts[0], str) else texts[0].decode("utf-8", "replace")
+
+
+def _json_tests(text: str) -> list[dict]:
+    """A JSON list of flat test objects, its shape checked with the strings emptied (linear time, no objects built)
+    before it is parsed, so that what it parses into stays about the size of the text."""
+    skeleton = _JSON_STRING.sub('""', text)
+    if not _TEST_LIST.fullmatch(skeleton):
+        raise BadBenchmarkRow("tests must be a JSON list of flat objects ({input, output, testtype})")
+    if skeleton.count("{") > LCB_MAX_TESTS:
+        raise BadBenchmarkRow(f"more than {LCB_MAX_TESTS} tests")
+    try:
+        return json.loads(text)
+    except ValueError as e:  # e.g. a number past Python's digit limit
+        raise BadBenchmarkRow(f"tests are not valid JSON ({str(e)[:100]})") from None
+
+
+def _lcb_tests(value: Any) -> list[dict]:
+    """LiveCodeBench test lists: a list, JSON text, or (private tests) base64 zlib-compressed pickles of JSON text,
+    each test checked: {input: str, output: str, testtype: stdin | functional} (functional outputs are JSON)."""
+    if isinstance(value, list):
+        tests = value
+    elif not value:
+        return []
+    elif not isinstance(value, str):
+        raise BadBenchmarkRow(f"tests must be a list or text, got {type(value).__name__}")
+    elif value.lstrip().startswith("["):
+        tests = _json_tests(value)
+    else:
+        tests = _json_tests(_pickled_text(_inflate(value)))
+    if len(tests) > LCB_MAX_TESTS:
+        raise BadBenchmarkRow(f"more than {LCB_MAX_TESTS} tests")
+    for i, test in enumerate(tests):
+        if not isinstance(test, dict) or not all(isinstance(test.get(k), str) for k in ("input", "output")):
+            raise BadBenchmarkRow(f"test {i} is not a mapping with text 'input' and 'output'")
+        if test.get("testtype", "stdin") not in LCB_TEST_TYPES:
+            raise BadBenchmarkRow(f"test {i} has testtype {str(test.get('testtype'))[:40]!r}; known: stdin, functional")
+        if test.get("testtype") == "functional":
+            try:
+                json.loads(test["output"])
+            except (ValueError, RecursionError):
+                raise BadBenchmarkRow(f"functional test {i} has an output that is not JSON") from None
+    return tests
 
 
 def lcb_item(row: dict) -> dict:
-    """A LiveCodeBench code-generation problem: the prompt, and its public plus private tests (stdin or functional)."""
+    """A LiveCodeBench code-generation problem: the prompt, and its public plus private tests (stdin or functional).
+    Raises BadBenchmarkRow for a row of another shape."""
     tests = _lcb_tests(row.get("public_test_cases")) + _lcb_tests(row.get("private_test_cases"))
+    if len(tests) > LCB_MAX_TESTS:
+        raise BadBenchmarkRow(f"more than {LCB_MAX_TESTS} tests")
     metadata = row.get("metadata") or {}
     if isinstance(metadata, str):
-        metadata = json.loads(metadata or "{}")
-    starter = str(row.get("starter_code") or "")
-    prompt = str(row["question_content"]).strip()
+        try:
+            metadata = json.loads(metadata or "{}")
+        except (ValueError, RecursionError):
+            raise BadBenchmarkRow("metadata is not JSON") from None
+    func_name = metadata.get("func_name") if isinstance(metadata, dict) else None
+    if not isinstance(metadata, dict) or not (func_name is None or isinstance(func_name, str)):
+        raise BadBenchmarkRow("metadata must be a mapping with a text func_name (or none)")
+    starter, question = row.get("starter_code") or "", row.get("question_content")
+    if not isinstance(starter, str) or not isinstance(question, str):
+        raise BadBenchmarkRow("question_content and starter_code must be text")
+    prompt = question.strip()
     if starter.strip():
         prompt += f"\n\nUse this starter code:\n```python\n{starter}\n```"
     else:
         prompt += "\n\nRead the input from stdin and write the answer to stdout."
     prompt += "\n\nWrite your solution in Python in a ```python``` block."
-    return {"problem": prompt, "answer": "", "tests": tests, "func_name": metadata.get("func_name")}
+    return {"problem": prompt, "answer": "", "tests": tests, "func_name": func_name}
 
 
 def _problem_answer(row: dict) -> dict:
+    _scalars(row, ("answer",))
+    if not isinstance(row.get("problem"), str):
+        raise BadBenchmarkRow(f"problem must be text, got {type(row.get('problem')).__name__}")
     return {"problem": row["problem"], "answer": row["answer"]}
 
 
@@ -202,10 +303,27 @@ class Benchmark:
         _check_columns(rows, self.schema.columns, self.name)
         return rows
 
+    def read(self, limit: int | None = None) -> tuple[list[dict], int]:
+        """(items, rows skipped): the items `r1kit evaluate` asks (the first `limit` when given). A row that cannot be
+        asked or judged is skipped, counted, and the first one named in a warning: one hostile row must not stop
+        (or balloon) the evaluation of the rest."""
+        items, skipped, first = [], 0, ""
+        for number, row in enumerate(self.rows(), 1):
+            if limit and len(items) >= limit:
+                break
+            try:
+                items.append(self.schema.item(row))
+            except Exception as e:  # noqa: BLE001 - BadBenchmarkRow names its problem; no other shape may raise either
+                skipped += 1
+                first = first or f"row {number}: {str(e)[:200] if isinstance(e, BadBenchmarkRow) else type(e).__name__}"
+        if skipped:
+            logger.warning("%s: %d row(s) cannot be asked or judged and are skipped (counted in unreadable_rows); "
+                           "first: %s. Fix the rows.", self.name, skipped, first)
+        return items, skipped
+
     def items(self, limit: int | None = None) -> list[dict]:
-        """The items `r1kit evaluate` asks (the first `limit` when given)."""
-        items = [self.schema.item(row) for row in self.rows()]
-        return items[:limit] if limit else items
+        """The items `r1kit evaluate` asks (the first `limit` when given); rows that cannot be read are skipped."""
+        return self.read(limit)[0]
 
     def questions(self) -> list[str]:
         """The questions as the benchmark states them, without the prompt `r1kit evaluate` wraps around them (GPQA's
@@ -263,8 +381,8 @@ def read_rows(path: Path, name: str) -> list[Any]:
         if line.strip():
             try:
                 rows.append(json.loads(line))
-            except ValueError as e:
-                raise ConfigError(f"{name} line {number} is not JSON ({e})") from None
+            except (ValueError, RecursionError) as e:  # RecursionError: nested past what the parser follows
+                raise ConfigError(f"{name} line {number} is not JSON ({one_line(e, 200)})") from None
     if not rows:
         raise ConfigError(f"{name} has no rows; add rows, or leave it out of the benchmarks")
     return rows
@@ -295,7 +413,8 @@ def get(name: str) -> Benchmark:
 
 
 def load(name: str, limit: int | None = None) -> tuple[Benchmark, list[dict]]:
-    """(benchmark, items) of a built-in name or a local .jsonl file (the first `limit` items when given)."""
+    """(benchmark, items) of a built-in name or a local .jsonl file (the first `limit` items when given; rows that
+    cannot be read are skipped: `Benchmark.read` counts them)."""
     benchmark = get(name)
     return benchmark, benchmark.items(limit)
 

@@ -15,7 +15,7 @@ import math
 import sys
 from pathlib import Path
 
-from r1kit.benchmarks import NAMES, check_names, load
+from r1kit.benchmarks import NAMES, check_names, get
 from r1kit.console import run_module
 from r1kit.errors import ConfigError
 from r1kit.generation import sample_n
@@ -35,7 +35,8 @@ def evaluate(model_path: str, benchmark: str, num_samples: int = 1, max_new_toke
              temperature: float | None = None, top_p: float = 0.95, system_prompt: str | None = None,
              limit: int | None = None, step: int | None = None) -> dict:
     """Evaluates a model on one benchmark (a built-in name or a local .jsonl); returns {benchmark, model, step,
-    metrics, samples}.
+    metrics, samples}. Rows that cannot be asked or judged are skipped, counted in `unreadable_rows` and named in a
+    warning.
 
     Args:
         num_samples (`int`, defaults to `1`): completions per problem (pass@1 is averaged over them); 1 when greedy.
@@ -49,7 +50,8 @@ def evaluate(model_path: str, benchmark: str, num_samples: int = 1, max_new_toke
     """
     from transformers import AutoTokenizer
 
-    bench, items = load(benchmark, limit)
+    bench = get(benchmark)
+    items, unreadable = bench.read(limit)  # a hostile row is skipped and counted, never the end of the evaluation
     if temperature is None:
         temperature = bench.temperature
     if temperature == 0.0:
@@ -68,6 +70,7 @@ def evaluate(model_path: str, benchmark: str, num_samples: int = 1, max_new_toke
         f"pass@{num_samples}": sum(pass_at_k(len(ss), int(sum(ss)), num_samples) for ss in usable) / len(usable) if usable else 0.0,
         "n": len(items),
         "unjudged": len(items) - len(usable),
+        "unreadable_rows": unreadable,
         "num_samples": num_samples,
         "temperature": temperature,
     }
