@@ -95,7 +95,12 @@ def test_resume_auto_reproduces_the_uninterrupted_run(tmp_path, tiny_model_dir, 
     for entry in state["log_history"]:
         entry["from_checkpoint"] = True  # marks the history a resumed run carries over
     state_file.write_text(json.dumps(state))
+    # what the stopped run had recorded: steps 1-4 (it went past its checkpoint) and a line torn by the kill
+    full_rows = (full / "completions.jsonl").read_text()
+    (resumed / "completions.jsonl").write_text(full_rows + '{"step": 3, "mode": "tr')
     run_recipe(tmp_path, tiny_recipe(tiny_model_dir, math_jsonl, resumed, max_steps=4, resume="auto"))
+    # the re-done steps' rows replace the old ones, and the torn line is gone: the same rows as the uninterrupted run
+    assert (resumed / "completions.jsonl").read_text() == full_rows
 
     a, b = log_by_step(full), log_by_step(resumed)
     assert sorted(b) == [1, 2, 3, 4]

@@ -21,6 +21,7 @@ from typing import Any
 from transformers import TrainerCallback
 from transformers.trainer_callback import ProgressCallback
 
+from r1kit import records
 from r1kit.errors import ConfigError
 from r1kit.heldout import greedy_accuracy
 from r1kit.hub import get_hub_client, revision_name
@@ -55,15 +56,25 @@ class HeldOutAccuracyCallback(TrainerCallback):
         self.timeout = timeout  # seconds to verify one answer: the recipe's reward_timeout, as in training
         self.grade = grade  # None: math-verify against `golds`; else grade(completions, golds, timeout)
         self.engine = None  # set by the trainer: an object with sync() and complete(prompts, max_new_tokens)
-        self.history: list[dict] = []
+        self.history: list[dict] = []  # every evaluation of the run, earlier segments (before a resume) included
         self._train_start: float | None = None  # when training began, for the training time of each evaluation
         self._eval_seconds = 0.0  # time spent evaluating, which is not training time
+        self._earlier_seconds = 0.0  # training seconds of the segments before a resume
 
     def training_seconds(self) -> float:
-        """Seconds of training so far in this process, evaluations excluded (what equal-time comparisons use)."""
+        """Seconds of training so far, evaluations excluded, earlier segments of a resumed run included (what
+        equal-time comparisons use)."""
         if self._train_start is None:
-            return 0.0
-        return time.monotonic() - self._train_start - self._eval_seconds
+            return self._earlier_seconds
+        return self._earlier_seconds + time.monotonic() - self._train_start - self._eval_seconds
+
+    def resume_history(self, step: int) -> None:
+        """At the start of training at `step`: the evaluations recorded up to it become the history (later rows,
+        re-done by this run, and a torn line are dropped from the file), so that a resumed run's records and
+        summary cover the whole run, from step 0."""
+        records.rewind(self.path, step)
+        self.history = [r for r in records.read(self.path) if isinstance(r.get("step"), int)] if self.path.is_file() else []
+        self._earlier_seconds = float(self.history[-1].get("train_seconds") or 0.0) if self.history else 0.0
 
     def evaluate(self, model, step: int) -> float:
         start = time.monotonic()
@@ -93,6 +104,8 @@ class HeldOutAccuracyCallback(TrainerCallback):
         return None
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
+        if self.is_main_process:
+            self.resume_history(state.global_step)
         self._train_start, self._eval_seconds = time.monotonic(), 0.0
         self._evaluate_if_new(model, state.global_step)
 

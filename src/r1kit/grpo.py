@@ -109,6 +109,7 @@ def build_trainer(script_args: GRPOScriptArguments, training_args: GRPOConfig, m
             )
         eval_dataset = dataset[script_args.dataset_test_split]
     listeners = [CompletionsRecorder(training_args.output_dir)] if training_args.log_completions_file and is_main else []
+    callbacks += listeners  # the recorder also rewinds completions.jsonl when training starts (resume)
     curriculum_index = (script_args.reward_funcs.index(training_args.curriculum_reward)
                         if training_args.curriculum_active else None)
     trainer = R1Trainer(  # TRL's GRPOTrainer, plus dynamic sampling and the curriculum when turned on

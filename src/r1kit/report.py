@@ -12,6 +12,7 @@ import math
 import sys
 from pathlib import Path
 
+from r1kit import records
 from r1kit.console import add_pass_through_command
 
 
@@ -27,7 +28,8 @@ def load_history(output_dir: Path) -> list[dict]:
 
 
 def load_jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
+    """The rows of a run's JSON Lines record (none when it is absent); a torn or bad line is skipped with a warning."""
+    return records.read(path) if path.is_file() else []
 
 
 def load_benchmarks(output_dir: Path) -> dict[str, list[tuple[int, float]]]:
@@ -138,7 +140,9 @@ def report(output_dir: str | Path) -> tuple[Path, str]:
     history = load_history(output_dir)
     if not history:
         raise FileNotFoundError(f"no trainer_state.json with logged steps in {output_dir} (or its checkpoints)")
-    heldout = sorted(load_jsonl(output_dir / "heldout_accuracy.jsonl"), key=lambda r: r["step"])
+    heldout = [r for r in load_jsonl(output_dir / "heldout_accuracy.jsonl")
+               if isinstance(r.get("step"), int) and isinstance(r.get("accuracy"), (int, float))]
+    heldout.sort(key=lambda r: r["step"])
     return draw(output_dir, history, heldout, load_benchmarks(output_dir)), table(history, heldout)
 
 

@@ -52,11 +52,13 @@ from pathlib import Path
 
 import torch
 from accelerate.utils import gather_object
+from transformers import TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer
 from trl.models.utils import disable_gradient_checkpointing
 from trl.trainer.utils import is_async_callable, nanstd, use_adapter
 
+from r1kit import records
 from r1kit.curriculum import SAMPLING_STATE, CurriculumRules, PromptPicker, join_pieces, prompt_key, slice_rows
 from r1kit.errors import ConfigError
 from r1kit.machine import vllm_is_cpu_build
@@ -219,7 +221,7 @@ class ColocatedEngine:
         return [output.outputs[0].text for output in outputs]
 
 
-class CompletionsRecorder:
+class CompletionsRecorder(TrainerCallback):
     """Writes every scored completion to `OUTPUT_DIR/completions.jsonl` with its step, prompt and the score of every
     reward: what the model wrote, without wandb. A reward listener of `R1Trainer`.
 
@@ -232,6 +234,11 @@ class CompletionsRecorder:
 
     def __init__(self, output_dir: str):
         self.path = Path(output_dir) / "completions.jsonl"
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        # Also a trainer callback: a resumed run re-does the steps after its checkpoint, so their rows go first
+        # (with a line torn by a kill); a fresh run starts an empty file.
+        records.rewind(self.path, state.global_step)
 
     def __call__(self, trainer: R1Trainer, prompts: list, completions: list, rewards: torch.Tensor) -> None:
         # Gathered over processes, in rank order: this process's rows are its own slice.

@@ -1,0 +1,73 @@
+"""Run records kept as JSON Lines (`completions.jsonl`, `heldout_accuracy.jsonl`): one object per line, appended as
+the run goes. Two things break them: a kill or a full disk tears the last line, and a resumed run re-does the steps
+after its checkpoint, so their rows would appear twice. `rewind` repairs both when a run (re)starts; `read` is what
+readers use, skipping a bad line with a warning instead of refusing the file.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+
+def rewind(path: Path, step: int) -> int:
+    """Keeps the rows of `path` whose `step` is at most `step` (what the checkpoint being resumed had done; at step 0,
+    a fresh start, none) and drops a torn or unreadable line; rewrites the file atomically when anything goes.
+    Returns the number of lines dropped (0 when the file does not exist)."""
+    if not path.is_file():
+        return 0
+    kept, dropped = [], 0
+    with path.open(encoding="utf-8", errors="replace") as f:
+        for line in f:
+            row = _row(line)
+            if step > 0 and row is not None and line.endswith("\n") and _step(row) <= step:
+                kept.append(line)
+            else:
+                dropped += 1
+    if dropped:
+        temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        try:
+            with temporary.open("w", encoding="utf-8") as f:
+                f.writelines(kept)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(temporary, path)
+        finally:
+            temporary.unlink(missing_ok=True)
+        logger.info("%s: dropped %d row(s) after step %d (re-done by this run, or torn)", path.name, dropped, step)
+    return dropped
+
+
+def read(path: Path) -> list[dict]:
+    """The rows of `path`; a line that is not a JSON object (torn by a kill, edited by hand) is skipped with one
+    warning that counts them."""
+    rows, bad = [], 0
+    with path.open(encoding="utf-8", errors="replace") as f:
+        for line in f:
+            if not line.strip():
+                continue
+            row = _row(line)
+            if row is None:
+                bad += 1
+            else:
+                rows.append(row)
+    if bad:
+        logger.warning("%s: skipped %d unreadable line(s) (torn by a kill or a full disk?)", path, bad)
+    return rows
+
+
+def _row(line: str) -> dict | None:
+    try:
+        row = json.loads(line)
+    except ValueError:
+        return None
+    return row if isinstance(row, dict) else None
+
+
+def _step(row: dict) -> float:
+    step = row.get("step")
+    return step if isinstance(step, (int, float)) and not isinstance(step, bool) else float("inf")
