@@ -272,7 +272,7 @@ def test_an_answer_that_hangs_its_scorer_scores_zero_within_the_time_limit():
     pytest.importorskip("reasoning_gym")
     from r1kit.rewards.gym import score_completions
 
-    rec, entry = gym_record("countdown")
+    rec, entry = gym_record("polynomial_multiplication")  # sympy evaluates the answer (countdown now refuses **)
     start = time.monotonic()
     scores = score_completions(["<answer>9**9**9**9</answer>", f"<answer>{entry['answer']}</answer>"], [rec, rec],
                                timeout=1)
@@ -482,3 +482,106 @@ def test_degenerate_answers_never_score_full_marks_on_any_generator(every_genera
     borrowed = [(g, probe[:80], row) for g, kind, probe, row, score in results
                 if kind == "another row's gold" and score == 1.0 and g not in SHARED_ANSWERS_PAID]
     assert not constants and not borrowed, f"one answer at full marks on rows whose golds differ: {constants} {borrowed}"
+
+
+def server_module():
+    """The in-jail scorer script as a module, for its pure parts (the arithmetic grammar)."""
+    import importlib.util
+
+    from r1kit.rewards.gym import SERVER
+
+    spec = importlib.util.spec_from_file_location("gym_server_under_test", SERVER)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize(("answer", "numbers"), [
+    ("6*(98 - 54) - 34 - 65", [6, 98, 54, 34, 65]), ("((1+2))*3/4", [1, 2, 3, 4]), (" 10 ", [10]), ("0*7", [0, 7]),
+])
+def test_arithmetic_grammar_accepts_integers_four_operators_and_brackets(answer, numbers):
+    assert server_module().arithmetic_numbers(answer) == numbers
+
+
+@pytest.mark.parametrize("answer", [
+    "(26**((13+24)//15))", "2**3", "8//2", "2.5*4", "1e3", "-3+5", "3+-5", "sign(3)", "1 2", "3+", "()", "(1", "1)",
+    "007", "0x1f", "١٢", "(" * 33 + "1" + ")" * 33, "", "[1]", "1;2", "True",
+])
+def test_arithmetic_grammar_refuses_everything_else(answer):
+    assert server_module().arithmetic_numbers(answer) is None
+
+
+def test_arithmetic_answers_must_use_exactly_the_rows_numbers():
+    server = server_module()
+    entry = {"metadata": {"numbers": [1, 3, 5, 9]}}
+    assert server.filtered_answer("puzzle24", "1*3*5 + 9", entry) == "1*3*5 + 9"
+    assert server.filtered_answer("puzzle24", "3*8*1*1", entry) == ""  # 24 on any row: puzzle24's scorer paid it
+    assert server.filtered_answer("puzzle24", "1*3*5 + 9 + 0", entry) == ""
+    assert server.filtered_answer("countdown", "1*3*5 + 9", {"metadata": {"numbers": "1 3 5 9"}}) == ""
+    assert server.filtered_answer("chain_sum", "2**3", entry) == "2**3"  # other generators: the scorer decides
+
+
+@pytest.mark.slow
+def test_countdown_and_puzzle24_cheats_score_nothing_and_towers_cost_no_more_than_a_clean_batch():
+    pytest.importorskip("reasoning_gym")
+    import reasoning_gym
+
+    from r1kit.gym_data import encode_record
+    from r1kit.rewards.gym import score_completions
+
+    def countdown(numbers, target):
+        entry = {"question": f"Make {target} from {numbers}", "answer": "", "metadata": {"numbers": numbers,
+                                                                                          "target": target}}
+        return encode_record("countdown", {}, entry)
+
+    cheats = [("(26**((13+24)//15))", countdown([26, 13, 24, 15], 676)), ("2.5*4", countdown([2, 5, 4], 10)),
+              ("5*2", countdown([2, 5, 4], 10))]
+    puzzles = reasoning_gym.create_dataset("puzzle24", size=2, seed=3)
+    other_rows_gold = (puzzles[0]["answer"], encode_record("puzzle24", {}, puzzles[1]))
+    answers, records = zip(*cheats, other_rows_gold)
+    # Refused before the scorer, which gives them its "no answer" score.
+    assert score_completions([f"<answer>{a}</answer>" for a in answers], list(records), timeout=3) == [0.01] * 4
+
+    rows = reasoning_gym.create_dataset("countdown", size=8, seed=0)
+    records = [encode_record("countdown", {}, rows[i]) for i in range(8)]
+    clean = [f"<answer>{rows[i]['answer']}</answer>" for i in range(8)]
+    towers = ["<answer>" + "**".join(map(str, rows[i]["metadata"]["numbers"])) + "</answer>" for i in range(8)]
+
+    def timed(completions):
+        start = time.monotonic()
+        scores = score_completions(completions, records, timeout=3)
+        return scores, time.monotonic() - start
+
+    (clean_scores, clean_time), (tower_scores, tower_time) = timed(clean), timed(towers)
+    assert clean_scores == [1.0] * 8 and tower_scores == [0.01] * 8
+    # A tower that reached sympy held its answer's full time limit (3 s each); refused, it costs what a clean one does.
+    assert tower_time < 2 * clean_time, (tower_time, clean_time)
+
+
+def test_records_keep_tuples_sets_and_non_string_keys():
+    """arc_agi's and rearc's scorers compare tuples: as JSON lists, their golds scored 0.05."""
+    from r1kit.gym_data import UnfaithfulRecord, decode_record, encode_record
+
+    entry = {"question": "q", "answer": "a", "metadata": {
+        "grid": ((1, 2), (3, 4)), "colours": {1: "red", (0, 1): "blue"}, "seen": {3}, "frozen": frozenset({"x"}),
+        "__r1kit_type__": "tuple", "items": [[1, 2]], "plain": [1, [2, (3,)]], "flag": True, "none": None}}
+    back = decode_record(encode_record("arc_agi", {"sizes": (1, 2)}, entry))
+    assert back["entry"] == entry and back["options"] == {"sizes": (1, 2)}
+    assert type(back["entry"]["metadata"]["grid"][0]) is tuple and type(back["entry"]["metadata"]["plain"][1]) is list
+    for bad in [{"a": object()}, {"a": _nested(100)}]:
+        with pytest.raises(UnfaithfulRecord):
+            encode_record("x", {}, {"question": "q", "answer": "a", "metadata": bad})
+
+
+def _nested(depth: int) -> list:
+    value: list = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize("bad", ["[" * 100_000 + "]" * 100_000, "x" * (5 << 20)])
+def test_records_nested_too_deep_or_too_long_are_unjudgeable_not_errors(bad):
+    from r1kit.rewards.gym import score_completions
+
+    assert score_completions(["1"], [bad]) == [None]
