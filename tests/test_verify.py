@@ -162,3 +162,19 @@ def test_in_process_fallback_gives_the_same_verdicts_off_the_main_thread(tmp_pat
     assert "other thread: [1.0, 0.0, 1.0]" in result.stdout
     assert result.stderr.count("verifying math answers in-process") == 1
     assert result.stderr.count("no hard time limit applies") == 1
+
+
+@pytest.mark.parametrize("number", ["5", "12", "5.5", "0.5", "150"])
+@pytest.mark.parametrize("written", [r"\boxed{{{n}\%}}", r"\boxed{{{n} \%}}", r"\boxed{{{n}\text{{ percent}}}}",
+                                     r"The answer is $\boxed{{{n}\%}}$."])
+def test_a_percentage_has_one_reading_its_number(number, written):
+    """`5\\%` once matched both 5 and 0.05: one completion must match at most one of two different golds."""
+    from decimal import Decimal
+
+    from r1kit.rewards.verify import judge
+
+    answer = written.format(n=number)
+    hundredth = str(Decimal(number) / 100)
+    assert judge(number, answer) == CORRECT and judge(number + r"\%", answer) == CORRECT
+    assert judge(hundredth, answer) == WRONG
+    assert judge(number + r"\%", rf"\boxed{{{hundredth}}}") == WRONG  # the same rule reads the gold

@@ -15,7 +15,8 @@ elsewhere.
 The same parsing serves `accuracy`, `cosine` and `length`: gold with LaTeX + plain-expression extraction, answers with
 boxed-first LaTeX extraction, and, when that finds nothing, the last `<answer>…</answer>` block read as a plain
 expression (so `<answer>42</answer>` counts; a bare number elsewhere in the text does not). A gold that does not parse
-makes the sample unjudgeable (`None`).
+makes the sample unjudgeable (`None`). One answer has one reading: a percentage is its number (`5\\%` is 5, never
+also 0.05; `one_reading`).
 """
 
 from __future__ import annotations
@@ -92,12 +93,29 @@ def _has_huge_power(text: str) -> bool:
     return False
 
 
+def one_reading(parsed: list) -> list:
+    """`parsed` (math-verify's [expression, text]) with each percentage read as its number: `5\\%` is 5, as
+    `5\\text{ percent}` and `5\\text{ cm}` are (the sign is a unit).
+
+    math-verify keeps `5\\%` as 5 * (1/100) and then compares it both ways: as 5 with an integer gold, as 0.05 with
+    a decimal one, so one answer matched two different golds. One reading per answer, the same for the gold."""
+    from sympy import Basic, Mul, Rational, UnevaluatedExpr
+
+    percent = UnevaluatedExpr(Rational(1, 100))
+
+    def is_percentage(expr) -> bool:
+        return isinstance(expr, Mul) and len(expr.args) == 2 and expr.args[1] == percent
+
+    return [item.replace(is_percentage, lambda expr: expr.args[0]) if isinstance(item, Basic) else item
+            for item in parsed]
+
+
 @functools.lru_cache(maxsize=4096)
 def _parse_gold(gold: str, limit: int | None) -> list:
     """Parsed gold, cached: a GRPO batch holds each gold `num_generations` times."""
     from math_verify import parse
 
-    return parse(gold, extraction_config=_CONFIGS[0], extraction_mode="first_match", parsing_timeout=limit)
+    return one_reading(parse(gold, extraction_config=_CONFIGS[0], extraction_mode="first_match", parsing_timeout=limit))
 
 
 def judge(gold: str, answer: str, limit: int | None = None) -> str:
@@ -131,7 +149,7 @@ def judge(gold: str, answer: str, limit: int | None = None) -> str:
         )
     if not answer_parsed:
         return WRONG
-    return CORRECT if verify(gold_parsed, answer_parsed, timeout_seconds=limit) else WRONG
+    return CORRECT if verify(gold_parsed, one_reading(answer_parsed), timeout_seconds=limit) else WRONG
 
 
 def _judge_reporting(gold: str, answer: str, limit: int | None) -> tuple[str, str | None]:
