@@ -120,8 +120,12 @@ def bounded_tests(cases: list, where: str = "the row") -> list:
 
 
 def known_language(value: Any, default: str) -> str:
-    language = normalise_language(value if isinstance(value, str) else None, default)
-    if value is not None and not isinstance(value, str) or language not in LANGUAGES:
+    """A row's language (`default` when absent). A name the sandbox does not run is an "unknown language" (the
+    dataset check stops on it); a value that is not a name at all is a malformed row."""
+    if value is not None and not isinstance(value, str):
+        raise BadRow(f"language must be a name, got {type(value).__name__}")
+    language = normalise_language(value, default)
+    if language not in LANGUAGES:
         raise BadRow(f"unknown language {short(value)}; supported: {', '.join(LANGUAGES)}")
     return language
 

@@ -82,6 +82,8 @@ def run_all_cases(provider, runs: list[CaseRun], batch_size: int, stop_on_failur
         scores = check_outputs(provider, [(runs[i][2], batch, r) for (i, batch), r in zip(current, results)])
         going = []
         for (i, _), batch_results, batch_scores in zip(current, results, scores):
+            for result in batch_results:  # judged: the trainer keeps one round's outputs at a time, not every test's
+                result.stdout = ""
             scored[i] += list(zip(batch_results, batch_scores))
             if any(r.status in (SANDBOX_ERROR, COMPILE_ERROR) for r in batch_results):
                 continue
