@@ -335,3 +335,69 @@ def test_begin_refuses_a_completed_run_under_resume_auto_only(tmp_path):
             runs.OutputLock.acquire(tmp_path)
     finally:
         life.end()
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Several processes: a signal reaching one rank stops every rank at the same step
+# --------------------------------------------------------------------------------------------------------------------
+def workers_of(launcher_pid: int) -> dict[int, int]:
+    """{rank: pid} of the processes `launcher_pid` started, read from /proc (their parent and RANK)."""
+    ranks = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            status = (entry / "status").read_text()
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        parent = next((int(line.split()[1]) for line in status.splitlines() if line.startswith("PPid:")), None)
+        rank = next((int(item[5:]) for item in environ if item.startswith(b"RANK=")), None)
+        if parent == launcher_pid and rank is not None:
+            ranks[rank] = int(entry.name)
+    return ranks
+
+
+@pytest.mark.slow
+def test_a_signal_to_one_rank_stops_both_ranks_at_the_same_step_and_the_run_resumes(tmp_path, tiny_model_dir,
+                                                                                     math_jsonl):
+    import shutil
+
+    out, max_steps = tmp_path / "out", 8
+    path = write_recipe(tmp_path, **tiny_recipe(
+        tiny_model_dir, math_jsonl, out, max_steps=max_steps, save_steps=1000, use_cpu=True,
+        per_device_train_batch_size=4, num_generations=4, reward_funcs=["tests.rewards_for_tests:slow_length_variety"]))
+    torchrun = shutil.which("torchrun") or str(Path(sys.executable).with_name("torchrun"))
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
+    env.pop("MASTER_PORT", None)
+    command = [torchrun, "--standalone", "--nproc_per_node", "2", "-m", "r1kit.grpo", "--config", str(path)]
+    proc = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines: list[str] = []
+    threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True).start()
+    try:
+        deadline = time.monotonic() + STARTUP_SECONDS
+        while not any("{'loss'" in line for line in list(lines)):
+            assert proc.poll() is None and time.monotonic() < deadline, "".join(lines)[-3000:]
+            time.sleep(0.01)
+        ranks = workers_of(proc.pid)
+        assert sorted(ranks) == [0, 1], ranks
+        os.kill(ranks[1], signal.SIGTERM)  # rank 1 only: rank 0 must learn of it at the step end, not hang in a save
+        code = proc.wait(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+    log = "".join(lines)
+    assert code != 0, log[-3000:]  # the launcher reports its workers' exit code 75 as a failure: never a success
+    record = json.loads((out / "r1kit_run.json").read_text())  # written by rank 0, which got no signal itself
+    assert record["status"] == "interrupted" and record["signal"] == "SIGTERM", log[-3000:]
+    step = record["global_step"]
+    assert 1 <= step < max_steps
+    assert json.loads((out / f"checkpoint-{step}" / "trainer_state.json").read_text())["global_step"] == step
+    assert not (out / "model.safetensors").exists()
+
+    resumed = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)  # the same
+    assert resumed.returncode == 0, (resumed.stdout + resumed.stderr)[-3000:]
+    assert f"Resuming from {out / f'checkpoint-{step}'}" in resumed.stdout + resumed.stderr
+    assert sorted(losses(out)) == list(range(1, max_steps + 1))
+    assert json.loads((out / "r1kit_run.json").read_text())["status"] == "completed"

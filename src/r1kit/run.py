@@ -271,6 +271,7 @@ class Lifecycle:
         self.received: int | None = None  # the first stop signal
         self.phase = "setup"  # then "training", then "finishing"
         self.stopped_at: int | None = None  # the step training stopped at, on a signal
+        self.stop_signal = 0  # the signal it stopped on, as the processes agreed (perhaps received by another one)
         self.previous: dict[int, Any] = {}
         self.pid = os.getpid()
 
@@ -327,19 +328,20 @@ class Lifecycle:
             except OSError:
                 pass
 
-    def step_end_flags(self, args) -> tuple[bool, bool]:
-        """(stop, folder lost), agreed by every process: a signal reaching any one process stops all of them at the
-        same step, so that no process waits in a collective (a checkpoint save) that the others never enter."""
-        stop = self.received is not None
+    def step_end_flags(self, args) -> tuple[int, bool]:
+        """(the stop signal's number or 0, folder lost), agreed by every process: a signal reaching any one process
+        stops all of them at the same step, so that no process waits in a collective (a checkpoint save) that the
+        others never enter."""
+        stop = int(self.received or 0)
         lost = self.is_main and not self.folder_intact()
         if self.world_size > 1:
             import torch  # deferred: torch
             import torch.distributed as dist
 
             if dist.is_available() and dist.is_initialized():
-                flags = torch.tensor([int(stop), int(lost)], device=args.device)  # CUDA under NCCL
+                flags = torch.tensor([stop, int(lost)], device=args.device)  # CUDA under NCCL
                 dist.all_reduce(flags, op=dist.ReduceOp.MAX)
-                stop, lost = bool(flags[0]), bool(flags[1])
+                stop, lost = int(flags[0]), bool(flags[1])
         return stop, lost
 
     def folder_intact(self) -> bool:
@@ -425,7 +427,7 @@ class StopAtStepEnd(TrainerCallback):
         if stop and state.global_step < state.max_steps:  # at the last step the run just finishes
             control.should_save = True
             control.should_training_stop = True
-            self.life.stopped_at = state.global_step
+            self.life.stopped_at, self.life.stop_signal = state.global_step, stop
         return control
 
 
@@ -433,7 +435,7 @@ def stop_interrupted(run: Run, life: Lifecycle) -> None:
     """After training stopped on a signal: records the interruption in `r1kit_run.json`, says so in one line and
     raises `RunInterrupted`. No final model is written: a model of an unfinished run must not look final."""
     trainer, step = run.trainer, life.stopped_at
-    name = signal.Signals(life.received).name if life.received else "a signal"
+    name = signal.Signals(life.stop_signal).name
     checkpoint = Path(trainer.args.output_dir) / f"checkpoint-{step}"
     if trainer.accelerator.is_main_process:
         update_run_record(trainer.args.output_dir, status="interrupted", global_step=step, signal=name,
