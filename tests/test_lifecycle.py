@@ -401,3 +401,30 @@ def test_a_signal_to_one_rank_stops_both_ranks_at_the_same_step_and_the_run_resu
     assert f"Resuming from {out / f'checkpoint-{step}'}" in resumed.stdout + resumed.stderr
     assert sorted(losses(out)) == list(range(1, max_steps + 1))
     assert json.loads((out / "r1kit_run.json").read_text())["status"] == "completed"
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Slurm: the signal ahead of the time limit, and a requeue on the resumable exit code
+# --------------------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(("launcher_exit", "requeued"), [(75, True), (143, True), (0, False), (1, False)])
+def test_train_slurm_requeues_an_interrupted_run_only(tmp_path, launcher_exit, requeued):
+    script = REPO / "slurm" / "train.slurm"
+    header = [line for line in script.read_text().splitlines() if line.startswith("#SBATCH")]
+    assert "#SBATCH --requeue" in header and any(line.startswith("#SBATCH --signal=TERM@") for line in header)
+    fake = tmp_path / "bin"  # Slurm's commands, standing in: srun exits as the launcher would, scontrol records
+    fake.mkdir()
+    (fake / "srun").write_text(f"#!/bin/sh\necho \"$TORCH_ELASTIC_SHUTDOWN_TIMEOUT\" > {tmp_path}/grace\n"
+                               f"exit {launcher_exit}\n")
+    (fake / "scontrol").write_text(f"#!/bin/sh\nif [ \"$1\" = show ]; then echo node1; else echo \"$@\" >> "
+                                   f"{tmp_path}/scontrol; fi\n")
+    for tool in fake.iterdir():
+        tool.chmod(0o755)
+    recipe = write_recipe(tmp_path, model_name_or_path="some/model")
+    env = {**os.environ, "PATH": f"{fake}:{Path(sys.executable).parent}:{os.environ['PATH']}",
+           "SLURM_JOB_NODELIST": "node1", "SLURM_JOB_ID": "4242"}
+    result = subprocess.run(["bash", str(script), "--recipe", str(recipe)], cwd=REPO, env=env, capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == launcher_exit, result.stderr
+    assert int((tmp_path / "grace").read_text()) >= 300  # accelerate's agent waits for the save, not torch's 30 s
+    calls = (tmp_path / "scontrol").read_text() if (tmp_path / "scontrol").exists() else ""
+    assert (calls == "requeue 4242\n") is requeued, calls
