@@ -337,6 +337,36 @@ def test_begin_refuses_a_completed_run_under_resume_auto_only(tmp_path):
         life.end()
 
 
+@pytest.mark.slow
+def test_grpo_killed_while_writing_its_final_model_finishes_without_training_past_max_steps(
+        tmp_path, tiny_model_dir, math_jsonl, caplog):
+    import torch
+    from safetensors.torch import load_file
+
+    from r1kit.config.recipe import parse_args
+    from r1kit.grpo import pipeline
+
+    out = tmp_path / "out"
+    args = ["--config", str(write_recipe(tmp_path, **tiny_recipe(tiny_model_dir, math_jsonl, out, max_steps=2,
+                                                                  save_steps=2)))]
+    pipeline(*parse_args(args))
+    assert json.loads((out / "r1kit_run.json").read_text())["status"] == "completed"
+    with pytest.raises(runs.RunAlreadyComplete):  # rerun: nothing to do (it used to train step 3, then 4, ...)
+        pipeline(*parse_args(args))
+    assert not (out / "checkpoint-3").exists()
+
+    # A kill while the final model was being written: checkpoint-2 is there, the record still says running.
+    runs.update_run_record(str(out), status="running")
+    (out / "model.safetensors").unlink()
+    pipeline(*parse_args(args))
+    assert not (out / "checkpoint-3").exists()
+    assert json.loads((out / "trainer_state.json").read_text())["global_step"] == 2
+    assert "nothing left to train" in caplog.text
+    final, saved = load_file(out / "model.safetensors"), load_file(out / "checkpoint-2" / "model.safetensors")
+    assert final.keys() == saved.keys() and all(torch.equal(final[k], saved[k]) for k in final)
+    assert json.loads((out / "r1kit_run.json").read_text())["status"] == "completed"
+
+
 # --------------------------------------------------------------------------------------------------------------------
 # Several processes: a signal reaching one rank stops every rank at the same step
 # --------------------------------------------------------------------------------------------------------------------

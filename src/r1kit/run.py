@@ -105,6 +105,8 @@ def train(run: Run) -> dict:
     life.start_training()  # after the trainer's construction: its JIT checkpoint callback took SIGTERM there
     try:
         metrics = trainer.train(resume_from_checkpoint=run.checkpoint).metrics
+    except TrainingDone:  # resumed from a checkpoint at the last step: the final model is written from it
+        metrics = {"train_runtime": 0.0}
     finally:
         life.phase = "finishing"
         trainer.remove_callback(stopper)
@@ -410,13 +412,27 @@ def from_main(value: Any, world_size: int) -> Any:
     return box[0]
 
 
+class TrainingDone(Exception):
+    """Raised at the start of training when the checkpoint resumed from is already at `max_steps`."""
+
+
 class StopAtStepEnd(TrainerCallback):
     """At each step end: every process agrees whether to stop (a signal reached one of them) and whether the output
     folder is gone. Stopping saves a checkpoint of the step (whatever `save_strategy` and `save_steps` say) and ends
-    training; a lost folder is an error, before anything is saved into a folder that a later run would not find."""
+    training; a lost folder is an error, before anything is saved into a folder that a later run would not find.
+
+    At the start: a checkpoint already at `max_steps` (a run killed while writing its final model) trains no further
+    step (the trainer would train one past `max_steps`); `train` then goes on to write the final model from it."""
 
     def __init__(self, life: Lifecycle):
         self.life = life
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if state.max_steps > 0 and state.global_step >= state.max_steps:
+            if self.life.is_main:
+                logger.warning("The checkpoint resumed from is at step %s of %s: nothing left to train; writing the "
+                               "final model from it.", state.global_step, state.max_steps)
+            raise TrainingDone()
 
     def on_step_end(self, args, state, control, **kwargs):
         stop, lost = self.life.step_end_flags(args)
