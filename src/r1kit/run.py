@@ -107,6 +107,9 @@ def train(run: Run) -> dict:
         metrics = trainer.train(resume_from_checkpoint=run.checkpoint).metrics
     except TrainingDone:  # resumed from a checkpoint at the last step: the final model is written from it
         metrics = {"train_runtime": 0.0}
+    except BaseException:
+        life.end()  # the run is over: its lock and the signals are let go
+        raise
     finally:
         life.phase = "finishing"
         trainer.remove_callback(stopper)
