@@ -13,7 +13,8 @@ import pytest
 
 from r1kit.errors import ConfigError
 from r1kit.rewards import REWARD_FUNCS_REGISTRY, get_reward_funcs, required_columns
-from r1kit.rewards.code import BadRow, RowWarnings, score_rows
+from r1kit.rewards import code as code_rewards
+from r1kit.rewards.code import BadRow, RowWarnings, make_binary_code_reward, make_code_reward, score_rows
 from r1kit.rewards.format import (
     check_repetition_params,
     make_code_format_reward,
@@ -26,6 +27,7 @@ from r1kit.rewards.format import (
 from r1kit.rewards.math import check_cosine_bounds, make_accuracy_reward, make_cosine_reward, make_length_reward
 from r1kit.sandbox import PASSED, SANDBOX_ERROR, WRONG_ANSWER, Program
 from r1kit.sandbox import TestResult as Result  # (not collected as a test class)
+from r1kit.sandbox.jail import probe
 
 MATH = {"workers": 2}  # verifier processes for the math rewards
 
@@ -378,3 +380,31 @@ def test_score_rows_failure_policy():
     assert out == [None, None, -1.0, 0.5, 1.0]
     assert ran == ["print(2)", "print(3)", "print(4)"]  # neither the bad row nor the answer without code ran
     assert logged == {"rewards/demo/sandbox_errors": 1.0, "rewards/demo/bad_rows": 1.0}
+
+
+# binary_code is all or nothing: one failing test among many is 0.0, however many pass (a pass-rate threshold paid a
+# program failing 1 of 150). ECHO passes every test but the one whose input is "7".
+ECHO = "```python\nx = input()\nprint('wrong' if x == '7' else x)\n```"
+MANY_TESTS = [{"input": str(i), "output": str(i)} for i in range(150)]
+
+
+class OneWrongProvider:
+    """Stands in for a sandbox: every test passes except the last of each program."""
+
+    def execute(self, programs):
+        return [[Result(PASSED)] * (len(p.inputs) - 1) + [Result(WRONG_ANSWER)] for p in programs]
+
+
+def test_binary_code_pays_nothing_for_one_failing_test_among_many(monkeypatch):
+    monkeypatch.setattr(code_rewards, "make_provider", lambda **_: OneWrongProvider())
+    info = {"test_cases": MANY_TESTS}
+    assert make_binary_code_reward()([ECHO], verification_info=[info]) == [0.0]
+    assert make_code_reward()([ECHO], verification_info=[info]) == [pytest.approx(149 / 150)]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(probe() is not None, reason=f"no jail here: {probe()}")
+def test_binary_code_in_the_local_sandbox_is_all_or_nothing():
+    right = ECHO.replace("'wrong' if x == '7' else x", "x")
+    infos = [{"test_cases": MANY_TESTS}] * 2
+    assert make_binary_code_reward(num_parallel=2)([ECHO, right], verification_info=infos) == [0.0, 1.0]

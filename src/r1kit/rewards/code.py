@@ -329,8 +329,9 @@ def _make_test_case_reward(name: str, binary: bool, language: str, **sandbox) ->
         return [[(t, float(t.passed)) for t in tests] for tests in provider.execute([program for program, _ in jobs])]
 
     def score(job: Job, tests: Tests) -> float:
-        fraction = sum(s for _, s in tests) / len(tests)
-        return float(fraction > 0.99) if binary else fraction
+        if binary:  # all or nothing: one failing test in any number is 0.0 (a threshold paid 149 of 150)
+            return float(all(s == 1.0 for _, s in tests))
+        return sum(s for _, s in tests) / len(tests)
 
     def reward(completions, verification_info=None, log_metric=None, **kwargs) -> list[float | None]:
         """Runs each completion's last fenced block on its row's test cases in the sandbox.
