@@ -136,10 +136,9 @@ def test_resume_never_starts_fresh(tmp_path, tiny_model_dir, math_jsonl):
 
 
 def test_resume_auto_skips_half_written_checkpoints(tmp_path, caplog):
-    good = tmp_path / "checkpoint-4"
-    good.mkdir()
-    (good / "trainer_state.json").write_text("{}")
-    (good / "model.safetensors").write_bytes(b"x")
+    from tests.test_checkpoints import write_checkpoint
+
+    good = write_checkpoint(tmp_path / "checkpoint-4")
     torn = tmp_path / "checkpoint-6"  # killed mid-save: weights written, state not
     torn.mkdir()
     (torn / "model.safetensors").write_bytes(b"x")

@@ -35,7 +35,10 @@ RUN_RECORD = "r1kit_run.json"  # what a run says about itself: status (running, 
 # Resume
 # --------------------------------------------------------------------------------------------------------------------
 def checkpoint_problem(path: Path) -> str | None:
-    """Why `path` cannot be resumed from, or None when it holds a readable trainer state and weights."""
+    """Why `path` cannot be resumed from, or None: it must hold a readable trainer state, weights that open (a
+    safetensors header that matches the file's size; a torch file that loads with `weights_only=True`), and optimizer
+    and scheduler states that load the same way when they are there. A kill or a full disk leaves truncated files;
+    finding them here lets the resume fall back to an older checkpoint instead of crashing in the middle of loading."""
     state = path / "trainer_state.json"
     if not state.is_file():
         return "no trainer_state.json"
@@ -43,9 +46,96 @@ def checkpoint_problem(path: Path) -> str | None:
         json.loads(state.read_text())
     except (OSError, ValueError):
         return "trainer_state.json is unreadable (half-written?)"
-    if not any((path / name).is_file() for name in WEIGHT_FILES) and not any(path.glob("global_step*")):
+    if any(path.glob("global_step*")):  # a DeepSpeed checkpoint: its own engine checks its files
+        return None
+    weights = [path / name for name in WEIGHT_FILES if (path / name).is_file()]
+    if not weights:
         return "no model weights"
+    for file in weights + [path / name for name in TRAINING_STATE_FILES if (path / name).is_file()]:
+        problem = file_problem(file)
+        if problem:
+            return problem
     return None
+
+
+TRAINING_STATE_FILES = ("optimizer.pt", "scheduler.pt")
+
+
+def file_problem(file: Path) -> str | None:
+    """Why a checkpoint file cannot be loaded, or None."""
+    if file.name.endswith(".index.json"):  # sharded weights: every shard the index names
+        try:
+            shards = sorted(set(json.loads(file.read_text())["weight_map"].values()))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return f"{file.name} is unreadable"
+        for shard in shards:
+            problem = file_problem(file.parent / str(shard)) if (file.parent / str(shard)).is_file() else f"{shard} is missing"
+            if problem:
+                return problem
+        return None
+    if file.suffix == ".safetensors":
+        return safetensors_problem(file)
+    return torch_file_problem(file)
+
+
+def safetensors_problem(file: Path) -> str | None:
+    """Whether a safetensors file is whole: its header parses and its tensors end where the file ends."""
+    try:
+        size = file.stat().st_size
+        with file.open("rb") as f:
+            header_size = int.from_bytes(f.read(8), "little")
+            if not 0 < header_size <= size - 8:
+                return f"{file.name} is truncated or not a safetensors file"
+            header = json.loads(f.read(header_size))
+        end = max((entry["data_offsets"][1] for key, entry in header.items() if key != "__metadata__"), default=0)
+    except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError):
+        return f"{file.name} is not a readable safetensors file"
+    if 8 + header_size + end != size:
+        return f"{file.name} is truncated ({size} bytes where its header needs {8 + header_size + end})"
+    return None
+
+
+def torch_file_problem(file: Path) -> str | None:
+    """Whether a torch file loads with `weights_only=True` (memory-mapped, so a large optimizer state costs little).
+    The loader's own message is not quoted: for a garbage file it suggests the unsafe `weights_only=False`."""
+    import torch  # deferred: torch
+
+    try:
+        torch.load(file, map_location="cpu", weights_only=True, mmap=True)
+    except Exception as e:  # noqa: BLE001 - any failure means this checkpoint cannot be resumed from
+        if "mmap" in str(e):  # an old, non-zip torch file cannot be memory-mapped
+            try:
+                torch.load(file, map_location="cpu", weights_only=True)
+                return None
+            except Exception:  # noqa: BLE001
+                pass
+        return f"{file.name} does not load with weights_only=True (truncated or not a torch file: {type(e).__name__})"
+    return None
+
+
+def missing_training_state(path: Path) -> list[str]:
+    """The optimizer and scheduler states a checkpoint lacks (a `save_only_model` checkpoint lacks both)."""
+    if any(path.glob("global_step*")):
+        return []
+    return [name for name, kind in (("optimizer.pt", "optimizer*"), ("scheduler.pt", "scheduler*"))
+            if not any(path.glob(kind))]
+
+
+def check_training_state(path: Path, without_optimizer: bool) -> None:
+    """A checkpoint without optimizer or scheduler state resumes only when the recipe says so (with a warning:
+    a fresh optimizer and a restarted schedule); one without RNG states resumes with a warning (not exactly)."""
+    missing = missing_training_state(path)
+    if missing and not without_optimizer:
+        raise ConfigError(
+            f"cannot resume exactly from {path}: it holds no {' or '.join(missing)} (save_only_model: true?). "
+            "Set resume_without_optimizer: true to resume with a fresh optimizer and a restarted learning-rate "
+            "schedule, or resume: never to start over")
+    if missing:
+        logger.warning("Resuming from %s without %s (resume_without_optimizer): a fresh optimizer and a restarted "
+                       "learning-rate schedule; training will not match an uninterrupted run.", path, " or ".join(missing))
+    if not any(path.glob("rng_state*.pth")) and not any(path.glob("global_step*")):
+        logger.warning("%s holds no RNG state: the resumed run continues, but will not reproduce an uninterrupted "
+                       "one exactly.", path)
 
 
 def check_resume(resume: str) -> None:
@@ -57,9 +147,10 @@ def check_resume(resume: str) -> None:
     raise ConfigError(f"resume: {resume} is neither 'auto', 'never' nor an existing checkpoint folder{hint}")
 
 
-def find_resume_checkpoint(output_dir: str, resume: str) -> str | None:
-    """The checkpoint to resume from under the `resume` policy: `auto` (newest complete checkpoint in `output_dir`),
-    `never`, or a path."""
+def find_resume_checkpoint(output_dir: str, resume: str, without_optimizer: bool = False) -> str | None:
+    """The checkpoint to resume from under the `resume` policy: `auto` (the newest checkpoint in `output_dir` that
+    passes `checkpoint_problem`; each one skipped says why), `never`, or a path. A checkpoint without optimizer or
+    scheduler state needs `without_optimizer` (`check_training_state`)."""
     check_resume(resume)
     if resume == "never":
         if list(Path(output_dir).glob("checkpoint-*")):
@@ -70,6 +161,7 @@ def find_resume_checkpoint(output_dir: str, resume: str) -> str | None:
         problem = checkpoint_problem(path)
         if problem:
             raise ConfigError(f"cannot resume from {resume}: {problem}")
+        check_training_state(path, without_optimizer)
         return str(path)
     folder = Path(output_dir)
     if not folder.is_dir():
@@ -82,12 +174,13 @@ def find_resume_checkpoint(output_dir: str, resume: str) -> str | None:
         if problem is None:
             step = json.loads((path / "trainer_state.json").read_text()).get("global_step", "?")
             # At the default log level too: a rerun that silently continues an old run would surprise.
+            check_training_state(path, without_optimizer)
             logger.warning(
                 "Resuming from %s (step %s; resume: auto). To start fresh instead, set resume: never (--resume never).",
                 path, step,
             )
             return str(path)
-        logger.warning("Skipping incomplete checkpoint %s: %s.", path, problem)
+        logger.warning("Skipping checkpoint %s: %s; trying the one before.", path, problem)
     return None
 
 

@@ -85,7 +85,8 @@ def prepare(training_args: RunFields, check: Callable[[], None]) -> str | None:
     log_process(training_args)
     check()
     begin(training_args)
-    checkpoint = find_resume_checkpoint(training_args.output_dir, training_args.resume)
+    checkpoint = find_resume_checkpoint(training_args.output_dir, training_args.resume,
+                                        training_args.resume_without_optimizer)
     export_wandb_env(training_args)
     return checkpoint
 
@@ -703,7 +704,8 @@ def heldout_summary(run: Run, metrics: dict) -> dict | None:
     return {
         "accuracy_before": history[0]["accuracy"],
         "accuracy_after": history[-1]["accuracy"],
-        "train_seconds": round(metrics.get("train_runtime", 0.0), 1),
+        # every segment of a resumed run, evaluations excluded; this segment's runtime when none was recorded
+        "train_seconds": round(history[-1].get("train_seconds") or metrics.get("train_runtime", 0.0), 1),
         "steps": run.trainer.state.global_step,
         "output_dir": str(Path(run.trainer.args.output_dir).resolve()),
         "accuracy_curve": [(r["step"], r["accuracy"]) for r in history],
@@ -729,5 +731,6 @@ def resolved_recipe(*args: Any) -> str:
                 "training_arguments": plain(training_args)}
     if more:
         resolved["filter_arguments"] = plain(more[0])
-    resolved["resume_from"] = find_resume_checkpoint(training_args.output_dir, training_args.resume)
+    resolved["resume_from"] = find_resume_checkpoint(training_args.output_dir, training_args.resume,
+                                                    getattr(training_args, "resume_without_optimizer", False))
     return yaml.safe_dump(resolved, sort_keys=False)

@@ -247,7 +247,8 @@ class CompletionsRecorder(TrainerCallback):
         step = trainer.state.global_step + 1 if training else trainer.state.global_step
         names = list(trainer.reward_func_names)
         scores = rewards[rank * n : (rank + 1) * n].tolist()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if not self.path.parent.is_dir():  # never recreate it: the run's step-end check reports the lost folder
+            return
         with self.path.open("a") as f:
             for prompt, completion, row_scores in zip(prompts, completions, scores):
                 row = {

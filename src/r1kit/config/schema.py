@@ -518,6 +518,10 @@ class RunFields:
         wandb_entity / wandb_project / wandb_run_group (`str` or `None`): exported as `WANDB_*` variables.
         resume (`str`, defaults to `"auto"`): `auto` resumes from the newest complete checkpoint in `output_dir`,
             `never` starts fresh, a path resumes from that checkpoint (see `r1kit.checkpoints`).
+        resume_without_optimizer (`bool`, defaults to `False`): resume from a checkpoint that holds no optimizer or
+            scheduler state (`save_only_model: true` writes such checkpoints), with a fresh optimizer and a restarted
+            learning-rate schedule; training then does not match an uninterrupted run. Without it, such a resume
+            is an error.
         benchmark_num_samples (`int`, defaults to `1`): `evaluate_benchmarks` samples per problem (pass@1 averages).
         benchmark_max_new_tokens (`int` or `None`, defaults to `None`): `evaluate_benchmarks` generation length
             (default: `max_completion_length` for GRPO, 512 for SFT).
@@ -538,6 +542,9 @@ class RunFields:
     wandb_project: str | None = field(default=None, metadata={"help": "W&B project."})
     wandb_run_group: str | None = field(default=None, metadata={"help": "W&B run group."})
     resume: str = field(default="auto", metadata={"help": "auto | never | path to a checkpoint."})
+    resume_without_optimizer: bool = field(
+        default=False, metadata={"help": "Allow resuming from a checkpoint without optimizer/scheduler state."}
+    )
     benchmark_num_samples: int = field(default=1, metadata={"help": "evaluate_benchmarks: samples per problem."})
     benchmark_max_new_tokens: int | None = field(
         default=None, metadata={"help": "evaluate_benchmarks: new tokens (default: max_completion_length; SFT 512)."}
