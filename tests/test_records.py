@@ -57,3 +57,38 @@ def test_heldout_history_resumes_from_the_file_with_the_earlier_training_time(tm
     assert tracker.training_seconds() == 12.5  # the time before the resume counts
     tracker.resume_history(0)  # a fresh start
     assert tracker.history == [] and tracker.training_seconds() == 0.0
+
+
+def test_a_json_file_is_replaced_whole_or_not_at_all(tmp_path, monkeypatch):
+    path = tmp_path / "summary.json"
+    records.write_json(path, {"steps": 1})
+    monkeypatch.setattr(records.os, "replace", lambda *a: (_ for _ in ()).throw(OSError(28, "No space left")))
+    try:
+        records.write_json(path, {"steps": 2})
+    except OSError:
+        pass
+    assert json.loads(path.read_text()) == {"steps": 1}  # the old file, whole
+    assert [p.name for p in tmp_path.iterdir()] == ["summary.json"]  # no temporary left behind
+
+
+def test_trainer_state_and_results_are_written_atomically_and_load_back(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from transformers import TrainerState
+
+    from r1kit import run
+
+    trainer = SimpleNamespace(args=SimpleNamespace(output_dir=str(tmp_path)), state=TrainerState(global_step=3),
+                              is_world_process_zero=lambda: True)
+    run.save_state(trainer)
+    run.save_metrics(trainer, "train", {"train_runtime": 1.5})
+    run.save_metrics(trainer, "eval", {"eval_loss": 0.25})
+    assert TrainerState.load_from_json(str(tmp_path / "trainer_state.json")).global_step == 3
+    assert json.loads((tmp_path / "all_results.json").read_text()) == {"train_runtime": 1.5, "eval_loss": 0.25}
+    trainer.state.global_step = 4
+    monkeypatch.setattr(records.os, "replace", lambda *a: (_ for _ in ()).throw(OSError(28, "No space left")))
+    try:
+        run.save_state(trainer)
+    except OSError:
+        pass
+    assert TrainerState.load_from_json(str(tmp_path / "trainer_state.json")).global_step == 3  # old, whole

@@ -15,6 +15,7 @@ import math
 import sys
 from pathlib import Path
 
+from r1kit import records
 from r1kit.benchmarks import NAMES, check_names, get
 from r1kit.console import run_module
 from r1kit.errors import ConfigError
@@ -87,7 +88,7 @@ def evaluate_to_files(model_path: str, benchmarks: list[str], output_dir: str, *
     for benchmark in benchmarks:
         result = evaluate(model_path, benchmark, **kwargs)
         name = Path(benchmark).stem if benchmark.endswith(".jsonl") else benchmark
-        (out / f"{name}.json").write_text(json.dumps(result, indent=1))
+        records.write_json(out / f"{name}.json", result, indent=1)
         results[name] = result["metrics"]
         logger.info("%s on %s: %s", model_path, name, result["metrics"])
     return results

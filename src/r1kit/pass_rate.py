@@ -33,7 +33,7 @@ from pathlib import Path
 from datasets import Dataset
 from tqdm.auto import tqdm
 
-from r1kit import data, preflight
+from r1kit import data, preflight, records
 from r1kit.config.recipe import run_recipe_command
 from r1kit.config.schema import GRPOConfig, GRPOScriptArguments, ModelConfig, PassRateArguments
 from r1kit.console import add_pass_through_command
@@ -176,7 +176,7 @@ def pipeline(script_args: GRPOScriptArguments, training_args: GRPOConfig, model_
         kept.push_to_hub(filter_args.output_dataset_name)
     summary = {"rows": len(rows), "kept": len(kept), "pass_rate_min": low, "pass_rate_max": high,
                "unjudged": sum(rates.get(start + i) is None for i in range(len(rows)))}
-    (out / "pass_rate_summary.json").write_text(json.dumps(summary, indent=2))
+    records.write_json(out / "pass_rate_summary.json", summary)
     return summary
 
 

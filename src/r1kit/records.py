@@ -1,5 +1,7 @@
-"""Run records kept as JSON Lines (`completions.jsonl`, `heldout_accuracy.jsonl`): one object per line, appended as
-the run goes. Two things break them: a kill or a full disk tears the last line, and a resumed run re-does the steps
+"""Run records. JSON files a command writes whole (`summary.json`, `trainer_state.json`, results) go through
+`write_json`: a temporary file beside the target, renamed over it, so a kill leaves the old file or the new one,
+never an empty or torn one. JSON Lines (`completions.jsonl`, `heldout_accuracy.jsonl`): one object per line, appended
+as the run goes. Two things break them: a kill or a full disk tears the last line, and a resumed run re-does the steps
 after its checkpoint, so their rows would appear twice. `rewind` repairs both when a run (re)starts; `read` is what
 readers use, skipping a bad line with a warning instead of refusing the file.
 """
@@ -12,6 +14,25 @@ import os
 from pathlib import Path
 
 logger = logging.getLogger(__name__)
+
+
+def write_json(path: Path, content, indent: int = 2) -> None:
+    """Writes `content` as JSON to `path` atomically (a temporary file, flushed to disk, then renamed)."""
+    write_text(path, json.dumps(content, indent=indent, ensure_ascii=False) + "\n")
+
+
+def write_text(path: Path, text: str) -> None:
+    """Writes `text` to `path` atomically (see `write_json`)."""
+    path = Path(path)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with temporary.open("w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)
 
 
 def rewind(path: Path, step: int) -> int:
@@ -29,15 +50,7 @@ def rewind(path: Path, step: int) -> int:
             else:
                 dropped += 1
     if dropped:
-        temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        try:
-            with temporary.open("w", encoding="utf-8") as f:
-                f.writelines(kept)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(temporary, path)
-        finally:
-            temporary.unlink(missing_ok=True)
+        write_text(path, "".join(kept))
         logger.info("%s: dropped %d row(s) after step %d (re-done by this run, or torn)", path.name, dropped, step)
     return dropped
 

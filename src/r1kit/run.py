@@ -37,6 +37,7 @@ from typing import Any
 import yaml
 from transformers import TrainerCallback
 
+from r1kit import records
 from r1kit.callbacks import EvaluateBenchmarksCallback, HeldOutAccuracyCallback
 from r1kit.checkpoints import RUN_RECORD, completed_run, find_resume_checkpoint, read_run_record
 from r1kit.config.schema import RunFields
@@ -120,8 +121,8 @@ def train(run: Run) -> dict:
         stop_interrupted(run, life)
     metrics["train_samples"] = run.train_rows
     run.trainer.log_metrics("train", metrics)
-    run.trainer.save_metrics("train", metrics)
-    run.trainer.save_state()
+    save_metrics(run.trainer, "train", metrics)
+    save_state(run.trainer)
     return metrics
 
 
@@ -134,7 +135,7 @@ def finish(run: Run, evaluate: bool = False) -> None:
     for evaluator in run.evaluators:
         evaluator.finish(output_dir, trainer.state.global_step)
     if run.evaluators:
-        trainer.save_state()  # with the evaluation metrics logged since
+        save_state(trainer)  # with the evaluation metrics logged since
     if evaluate:
         run_eval(run)
     if trainer.args.push_to_hub:
@@ -152,7 +153,7 @@ def run_eval(run: Run) -> None:
     eval_metrics = trainer.evaluate()
     eval_metrics["eval_samples"] = len(trainer.eval_dataset)
     trainer.log_metrics("eval", eval_metrics)
-    trainer.save_metrics("eval", eval_metrics)
+    save_metrics(trainer, "eval", eval_metrics)
 
 
 def complete(run: Run) -> None:
@@ -546,17 +547,31 @@ def update_run_record(output_dir: str, **fields) -> None:
 
 
 def write_json_file(path: Path, content: Any) -> None:
-    """Writes `content` as JSON to a temporary file beside `path`, then renames it over `path`: a kill or a full disk
-    leaves the old file or the new one, never a torn one."""
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    """Writes `content` as JSON atomically (`records.write_json`): a kill or a full disk leaves the old file or the
+    new one, never a torn one."""
+    records.write_json(path, content)
+
+
+def save_state(trainer) -> None:
+    """`OUTPUT_DIR/trainer_state.json`, atomically (transformers writes it in place, and a kill leaves it empty)."""
+    if trainer.is_world_process_zero():
+        records.write_text(Path(trainer.args.output_dir) / "trainer_state.json",
+                           json.dumps(asdict(trainer.state), indent=2, sort_keys=True) + "\n")
+
+
+def save_metrics(trainer, split: str, metrics: dict) -> None:
+    """`OUTPUT_DIR/<split>_results.json` and the merged `all_results.json`, as transformers' `save_metrics` writes
+    them, atomically."""
+    if not trainer.is_world_process_zero():
+        return
+    output_dir = Path(trainer.args.output_dir)
+    records.write_json(output_dir / f"{split}_results.json", metrics, indent=4)
     try:
-        with temporary.open("w", encoding="utf-8") as f:
-            f.write(json.dumps(content, indent=2))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(temporary, path)
-    finally:
-        temporary.unlink(missing_ok=True)
+        merged = json.loads((output_dir / "all_results.json").read_text())
+    except (OSError, ValueError):
+        merged = {}
+    records.write_json(output_dir / "all_results.json", {**(merged if isinstance(merged, dict) else {}), **metrics},
+                       indent=4)
 
 
 def now() -> str:

@@ -19,7 +19,6 @@ stops early on purpose, so that GRPO has room to improve it); `publish_to` copie
 
 from __future__ import annotations
 
-import json
 import logging
 import shutil
 import sys
@@ -29,7 +28,7 @@ from typing import Any
 from datasets import Dataset
 from trl import SFTTrainer, get_peft_config
 
-from r1kit import data, preflight
+from r1kit import data, preflight, records
 from r1kit import run as runs
 from r1kit.callbacks import EvaluateBenchmarksCallback, HeldOutAccuracyCallback, get_callbacks
 from r1kit.config.recipe import run_recipe_command
@@ -152,7 +151,7 @@ def publish(source: Path, target: Path, summary: dict) -> None:
     for name in SHIPPED_FILES:
         if (source / name).exists():
             shutil.copyfile(source / name, target / name)
-    (target / "sft_summary.json").write_text(json.dumps(summary, indent=2))
+    records.write_json(target / "sft_summary.json", summary)
     logger.info("Published the model to %s", target)
 
 
