@@ -135,3 +135,22 @@ def test_sft_with_use_peft_trains_an_adapter_and_leaves_a_merged_model(tmp_path,
     assert not torch.equal(merged.state_dict()[q], base.state_dict()[q])  # the adapter is merged in
     mlp = "model.layers.0.mlp.up_proj.weight"
     assert torch.equal(merged.state_dict()[mlp], base.state_dict()[mlp])  # and only the adapted layers moved
+
+
+@pytest.mark.slow
+def test_a_diverging_sft_run_stops_before_the_update_naming_the_step(tmp_path, tiny_model_dir, messages_jsonl, capsys):
+    from safetensors.torch import load_file
+
+    out = tmp_path / "out"
+    recipe = {"model_name_or_path": str(tiny_model_dir), "dataset_name": str(messages_jsonl), "max_length": 64,
+              "per_device_train_batch_size": 8, "max_steps": 8, "save_steps": 1, "logging_steps": 1,
+              "learning_rate": 1.0e30, "max_grad_norm": 0.0, "lr_scheduler_type": "constant", "report_to": "none",
+              "bf16": False, "output_dir": str(out), "seed": 3}
+    assert main(["sft", "--config", str(write_recipe(tmp_path, **recipe))]) == 2
+    err = capsys.readouterr().err
+    assert "gradient norm" in err and "learning_rate" in err and "Traceback" not in err
+    checkpoints = sorted(out.glob("checkpoint-*"))
+    assert len(checkpoints) < 8, "the run never diverged: the test proves nothing"
+    for checkpoint in checkpoints:
+        assert all(t.isfinite().all() for t in load_file(str(checkpoint / "model.safetensors")).values()), checkpoint
+    assert not (out / "model.safetensors").exists()

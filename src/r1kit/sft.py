@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from datasets import Dataset
-from trl import SFTTrainer, get_peft_config
+from trl import get_peft_config
 
 from r1kit import data, preflight, records
 from r1kit import run as runs
@@ -37,6 +37,7 @@ from r1kit.console import add_pass_through_command
 from r1kit.errors import ConfigError
 from r1kit.modeling import build_char_tokenizer, build_tiny_llama, get_model, get_tokenizer
 from r1kit.tasks import addition_problems, sft_rows
+from r1kit.trainer import R1SFTTrainer
 
 logger = logging.getLogger(__name__)
 SFT_TYPES = (SFTScriptArguments, SFTConfig, ModelConfig)
@@ -98,7 +99,7 @@ def pipeline(script_args: SFTScriptArguments, training_args: SFTConfig, model_ar
     if tracker is not None:
         callbacks.append(tracker)
     with data.progress_bars(len(train_rows) >= data.SMALL_ROWS):  # TRL's tokenising passes over small data flash past
-        trainer = SFTTrainer(model=model, args=training_args, train_dataset=train_rows, processing_class=tokenizer,
+        trainer = R1SFTTrainer(model=model, args=training_args, train_dataset=train_rows, processing_class=tokenizer,
                              callbacks=callbacks, peft_config=get_peft_config(model_args))  # use_peft: LoRA
     evaluators = [c for c in callbacks if isinstance(c, EvaluateBenchmarksCallback)]
     for evaluator in evaluators:

@@ -54,7 +54,7 @@ import torch
 from accelerate.utils import gather_object
 from transformers import TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
-from trl import GRPOTrainer
+from trl import GRPOTrainer, SFTTrainer
 from trl.models.utils import disable_gradient_checkpointing
 from trl.trainer.utils import is_async_callable, nanstd, use_adapter
 
@@ -263,7 +263,27 @@ class CompletionsRecorder(TrainerCallback):
                 f.write(json.dumps(row) + "\n")
 
 
-class R1Trainer(GRPOTrainer):
+class StopOnNonFiniteGradients:
+    """For a transformers trainer (GRPO's and SFT's): the gradient norm is computed before every optimizer step, and
+    a non-finite one stops the run there, before the update, so that no checkpoint holds non-finite weights
+    (transformers would apply it and log loss 0; the next step would die in sampling, and a checkpoint saved in
+    between would make every resume die again)."""
+
+    def _get_grad_norm(self, model, grad_norm=None):
+        grad_norm = super()._get_grad_norm(model, grad_norm=grad_norm)
+        if grad_norm is not None and not math.isfinite(float(grad_norm)):
+            raise ConfigError(
+                f"step {self.state.global_step + 1}: the gradient norm is {float(grad_norm)}, so training diverged; "
+                "the update was not applied and no checkpoint holds it. Lower learning_rate (or warm it up: warmup_ratio) "
+                "and rerun; resume: auto continues from the last checkpoint")
+        return grad_norm
+
+
+class R1SFTTrainer(StopOnNonFiniteGradients, SFTTrainer):
+    """TRL's `SFTTrainer`, stopped before a non-finite update (`StopOnNonFiniteGradients`)."""
+
+
+class R1Trainer(StopOnNonFiniteGradients, GRPOTrainer):
     """TRL's `GRPOTrainer` with dynamic sampling and the pass-rate curriculum (see the module docstring). With neither
     turned on, it is TRL's trainer unchanged.
 
@@ -336,17 +356,6 @@ class R1Trainer(GRPOTrainer):
         return ColocatedEngine(self)
 
     # --- transformers and TRL hooks -----------------------------------------------------------------------------------
-    def _get_grad_norm(self, model, grad_norm=None):
-        """The gradient norm, computed before every optimizer step; a non-finite one stops the run there, before the
-        update, so that no checkpoint holds non-finite weights (transformers would apply it, and log loss 0)."""
-        grad_norm = super()._get_grad_norm(model, grad_norm=grad_norm)
-        if grad_norm is not None and not math.isfinite(float(grad_norm)):
-            raise ConfigError(
-                f"step {self.state.global_step + 1}: the gradient norm is {float(grad_norm)}, so training diverged; "
-                "the update was not applied and nothing was saved. Lower learning_rate (or warm it up: warmup_ratio) "
-                "and rerun; resume: auto continues from the last checkpoint")
-        return grad_norm
-
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         self._round_rewards = rewards  # gathered over ranks: every rank sees every group's rewards
