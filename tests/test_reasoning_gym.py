@@ -384,6 +384,10 @@ BLIND = {"game_of_life_halting"}
 # a conclusion that restates a premise several questions share ("(Q ∧ Q)") takes full marks on each of them.
 SHARED_ANSWERS_PAID = {"propositional_logic"}
 CONSTANTS = ["", "0", "1", "True", "yes", "x"]
+# Hedges: several golds in one answer, which containment scorers (len(gold)/len(answer)) paid 0.1-0.6 on every row of
+# course_schedule, ransom_note, isomorphic_strings, syllogism, acre, mahjong_puzzle; each row also gets the hedge of
+# its generator's golds ("hedge of the golds").
+HEDGES = ["False True", "True False", "Yes No", "off on undetermined", "Peng Chi Pass"]
 WRAPPERS = ["{v}", "Integral({v}, {x}) + C", "integrate({v}, {x}) + C", "Derivative({v}, {x})", "expand({v})",
             "simplify({v})", "factor({v})", "Subs({v}, {x}, {x})"]
 ROWS_PER_GENERATOR = 3
@@ -445,7 +449,9 @@ def every_generator():
         for i, (record_text, entry) in enumerate(rows):
             probes = [("gold", golds[i])] if golds[i] is not None else []
             probes += [("echo", e) for e in echoes(entry)]
-            probes += [("constant", c) for c in CONSTANTS if c != golds[i]]
+            probes += [("constant", c) for c in CONSTANTS + HEDGES if c != golds[i]]
+            hedge = " ".join(sorted({g for g in golds if g is not None}))
+            probes += [("hedge of the golds", hedge)] if hedge != golds[i] and len(golds) > 1 else []
             probes += [("another row's gold", golds[0])] if i > 0 and golds[0] not in (None, golds[i]) else []
             for kind, probe in probes:
                 cases.append((generator, kind, probe, i))
@@ -482,6 +488,29 @@ def test_degenerate_answers_never_score_full_marks_on_any_generator(every_genera
     borrowed = [(g, probe[:80], row) for g, kind, probe, row, score in results
                 if kind == "another row's gold" and score == 1.0 and g not in SHARED_ANSWERS_PAID]
     assert not constants and not borrowed, f"one answer at full marks on rows whose golds differ: {constants} {borrowed}"
+
+
+@pytest.mark.slow
+def test_no_constant_answer_is_paid_on_two_rows_whose_golds_differ(every_generator):
+    """Any positive score, not only full marks: one answer paid on rows whose golds differ is not specific to its row.
+    The attack's hedges earn nothing on the generators they were paid on. A hedge of a few golds is still paid on a
+    row whose gold it holds when no foil's gold is among them (a scorer that reads the last number pays "19 288 560"
+    on the row whose gold is 560), never on two. Not closed: generators whose entries have
+    no gold (EXAMPLE_ANSWERS) have no foil to compare with, and their scorers' credit for any well-formed answer
+    (0.01 on rubiks_cube and rush_hour) is paid on every row."""
+    _, results = every_generator
+    rows_paid: dict[tuple[str, str], set[int]] = {}
+    for g, kind, probe, row, score in results:
+        if kind in ("constant", "hedge of the golds") and score and g not in EXAMPLE_ANSWERS:
+            rows_paid.setdefault((g, probe), set()).add(row)
+    constants = {key: rows for key, rows in rows_paid.items() if len(rows) > 1}
+    assert not constants, f"one answer paid on rows whose golds differ: {constants}"
+    attacked = {"course_schedule": ["False True", "True False"], "ransom_note": ["False True"],
+                "isomorphic_strings": ["True False"], "syllogism": ["Yes No"], "acre": ["off on undetermined"],
+                "mahjong_puzzle": ["Peng Chi Pass"]}
+    paid = [(g, probe, row, score) for g, kind, probe, row, score in results
+            if probe in attacked.get(g, []) and score]
+    assert not paid, f"hedges paid: {paid}"
 
 
 def server_module():
@@ -585,3 +614,14 @@ def test_records_nested_too_deep_or_too_long_are_unjudgeable_not_errors(bad):
     from r1kit.rewards.gym import score_completions
 
     assert score_completions(["1"], [bad]) == [None]
+
+
+def test_foil_report_is_checked_and_words_are_whole():
+    """The child's report of the foils told apart is read into at most FOILS (pool index, score in [0, 1)) pairs,
+    whatever it wrote; a gold counts as carried only as a whole word."""
+    server = server_module()
+    assert server.parse_told_apart(server.told_apart_line([(0, 0.0), (5, 1 / 3)])) == [(0, 0.0), (5, 0.333333)]
+    assert server.parse_told_apart("9:0.1,-1:0.1,2:nan,3:1.0,x:y,4:0.5,6:0.2,7:0.2") == []
+    assert server.parse_told_apart("1:0.1,2:0.2,3:0.3,4:0.4") == [(1, 0.1), (2, 0.2), (3, 0.3)]
+    assert server.has_word("off on undetermined", "on") and server.has_word("6 5 7", "7")
+    assert not server.has_word("15", "5") and not server.has_word("answer", "a") and not server.has_word("x", "")

@@ -15,9 +15,11 @@ with a time limit (`reward_timeout`) and no way to touch another answer's verdic
 (`r1kit/sandbox/scripts/gym_server.py`). Degenerate answers earn nothing: countdown and puzzle24 answers must be
 arithmetic (integers, + - * /, brackets) on exactly the row's numbers (their scorers accept any sympy expression of
 the right value, puzzle24's any numbers); an operator that does the problem (`Integral(<integrand>, x) + C`) is
-refused; an answer at full marks that also takes full marks on another question of its generator (one answer for
-every row) scores 0. An answer that raises, hangs or crashes its scorer scores 0.0 (logged once per kind); the
-answer is cut to `MAX_ANSWER_CHARS` first. A row that cannot be judged (no or unreadable `reasoning_gym` record, an
+refused; an answer with a positive score that is not specific to its question scores 0: it scores as much on another
+question of its generator whose gold differs, or carries that question's gold and earns more there than its own
+question's gold does (one answer for every row; a hedge such as "False True" that containment scorers pay on every
+row). An answer that raises, hangs or crashes its scorer scores 0.0 (logged once per kind); the answer is cut to
+`MAX_ANSWER_CHARS` first. A row that cannot be judged (no or unreadable `reasoning_gym` record, an
 unknown generator, a scorer that pays another question's answer on it, reasoning-gym missing) and a jail that cannot
 start score None, which TRL leaves out of the group baseline. Where no jail can run, scoring stops with what to install unless the
 recipe sets `allow_unsandboxed_code_execution: true`, which runs the same scorer process without the jail.
@@ -135,7 +137,7 @@ def _run_server(requests: list[str], timeout: float, isolate: bool) -> tuple[lis
     """Runs `scripts/gym_server.py` on the request lines: in a fresh jail, or (`isolate=False`) as a plain subprocess.
     Returns (its reply lines after `ready`, or None when it never became ready; stderr's last line)."""
     folders = _site_folders()
-    budget = STARTUP_SECONDS + len(requests) * (2 * timeout + 1.0)  # a score, and for full marks the foil check
+    budget = STARTUP_SECONDS + len(requests) * (2 * timeout + 1.0)  # a score, and for a positive one the foil check
     inside = {folder: f"{JAIL_SITE}/{i}" for i, folder in enumerate(folders)} if isolate else {f: f for f in folders}
     header = {"paths": list(inside.values()), "timeout": timeout}
     stdin = "".join(line + "\n" for line in [json.dumps(header), *requests]).encode()
@@ -177,8 +179,8 @@ def _verdict(reply: dict | None) -> float | None:
                  "A reasoning-gym row cannot be judged (%s); such rows are skipped.", str(reply["unjudgeable"])[:300])
         return None
     if "degenerate" in reply:
-        log_once(logger, "degenerate", "A reasoning-gym answer scored full marks on another question of its generator "
-                 "too (one answer for every row); it scores 0 (logged once).")
+        log_once(logger, "degenerate", "A reasoning-gym answer was not specific to its question (it scored as much on "
+                 "another question of its generator, or earned there more than its own gold); it scores 0 (logged once).")
         return 0.0
     if "error" in reply:
         kind = str(reply["error"])[:60]

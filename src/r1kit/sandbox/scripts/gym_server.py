@@ -17,10 +17,13 @@ found a way could not leave the jail or touch another answer's verdict.
 Degenerate answers earn nothing (the reward must not pay what the scorer's rules let through):
 - countdown and puzzle24 answers must be arithmetic (`arithmetic_numbers`: integers, + - * /, brackets) on exactly
   the row's numbers; their scorers accept any sympy expression of the right value, and puzzle24's any numbers;
-- an answer at full marks is scored once more against foils, other questions of the same generator that the scorer
-  tells apart from this one (neither's answer takes full marks on the other). An answer at full marks on a foil too
-  is one answer for several questions: it scores 0 (`{"degenerate": "constant"}`). A question from which the scorer
-  tells no foil apart cannot be judged. Which foils a question is told apart from is kept for its next answers.
+- an answer with any positive score is scored once more against foils, other questions of the same generator
+  whose gold differs and that the scorer tells apart from this one (neither's gold takes full marks on the other).
+  An answer that is not specific to its question scores 0 (`{"degenerate": "constant"}`): one that scores on a foil
+  at least what it scores on its own question (coin_flip's "0" on every probability below 1), or one that earns on
+  a foil more than its own question's gold earns there (it carries another question's answer: "off on undetermined"
+  is paid by acre's containment credit on every row). A question from which the scorer tells no foil apart cannot
+  be judged. Which foils a question is told apart from is kept for its next answers (`Scorer.foil_check`).
 
 Header: {"paths": [...], "timeout": seconds}. Request: {"generator", "options", "entry", "answer"}, tuples, sets
 and non-string-keyed dicts tagged as r1kit's records tag them (`decode_value`). Reply lines: {"ready": true}, then
@@ -203,57 +206,121 @@ def decode_value(value):
 
 
 FULL_MARKS = 1.0 - 1e-9
-FOILS = 3  # questions of the same generator an answer at full marks is checked against
+FOILS = 3  # foils (the generator's questions, gold differing) an answer with a positive score is checked against
+FOIL_POOL = 8  # questions of the generator drawn at most to find them (a True/False generator repeats its golds)
+GOLD_DIGITS = 6  # a gold's score on a foil, as the child reports it
 
 
 class Scorer:
-    """One generator with its options: its `score_answer`, and foils generated on first need."""
+    """One generator with its options: its `score_answer`, and a pool of foils generated as rows need them."""
 
     def __init__(self, generator: str, dataset):
         self.generator, self.dataset = generator, dataset
-        self._foils = None
-        self.told_apart: dict = {}  # question -> indices of the foils its scorer tells apart from it (`foil_check`)
+        self.pool: list = []  # the generator's own questions (reasoning-gym's data, not a row's), in dataset order
+        # question -> [(pool index, the question's gold's score on that foil)] of the foils told apart, or "blind"
+        self.told_apart: dict = {}
 
     def score(self, answer: str, entry) -> float:
         return float(self.dataset.score_answer(filtered_answer(self.generator, answer, entry), entry))
 
-    def foils(self) -> list:
-        """The generator's own first questions (made here, before any child; reasoning-gym's data, not a row's)."""
-        if self._foils is None:
-            self._foils = [self.dataset[i] for i in range(min(FOILS, len(self.dataset)))]
-        return self._foils
+    def grow_pool(self, gold) -> None:
+        """Draws foils (here, before any child) until the pool holds FOILS whose gold differs from `gold`, or
+        FOIL_POOL in all: a generator whose golds all differ costs FOILS questions, True/False ones a few more."""
+        size = min(FOIL_POOL, len(self.dataset)) if gold is not None else 0  # no gold: nothing to compare
+        while len(self.pool) < size and sum(other_gold(f, gold) for f in self.pool) < FOILS:
+            self.pool.append(self.dataset[len(self.pool)])
 
-    def foil_check(self, answer: str, entry, told_apart) -> tuple:
-        """For an answer at full marks on `entry`: ("constant", ...) when it also takes full marks on a foil that the
-        scorer tells apart from `entry` (one answer for several questions: coin_flip's scorer pays "0" on every
-        probability below 1, puzzle24's one expression on any numbers), else ("ok", ...); ("blind", ...) when there
-        are foils but the scorer tells none apart (game_of_life_halting pays any non-empty answer). The second item
-        lists the foils told apart (`told_apart`: that list, when already known for this question)."""
+    def foil_check(self, answer: str, score: float, entry, told_apart) -> tuple:
+        """For an answer scoring `score` > 0 on `entry`: ("constant", ...) when it is not specific to `entry`, else
+        ("ok", ...); ("blind", ...) when there are foils but the scorer tells none apart (game_of_life_halting pays
+        any non-empty answer). The second item is the foils told apart (`told_apart`, when already known).
+
+        The rule, on each foil told apart (its gold differs, and neither gold takes full marks on the other):
+        1. the answer scores there at least `score`: it fits another question as well as its own (one answer for
+           several questions: coin_flip's "0" on every probability below 1, "False True" on every True/False row);
+        2. or it carries the foil's gold (as a whole word, not inside `entry`'s gold) and is paid for it there, more
+           than `entry`'s own gold is: a hedge of several golds ("off on undetermined" on acre earns 0.63 on an
+           "undetermined" row and 0.16 on an "off" foil, by containment credit len(gold)/len(answer)).
+        What is left paid is an answer that does better on its own question than on any other and borrows no other
+        question's answer: a grid with most cells right, a number close to the gold, the gold inside a sentence. A
+        scorer's small credit for any well-formed answer (0.01, 0.05) is paid on every question alike, so rule 1
+        takes it from a wrong answer too; a close guess that is exactly a foil's gold (closeness scorers) as well.
+        Rule 2 asks for the foil's gold in the answer because similarity scorers pay a near miss a little more than
+        the gold on some foil by chance (a sudoku grid with one cell changed)."""
         if told_apart is None:
             told_apart = self.foils_told_apart(entry)
         if told_apart == "blind":
             return "blind", []
-        foils = self.foils()
-        return ("constant" if any(self._full_marks(answer, foils[i]) for i in told_apart) else "ok"), told_apart
+        for index, gold_there in told_apart:
+            foil = self.pool[index]
+            there = self.score_or_zero(answer, foil)
+            if there >= min(score, FULL_MARKS):
+                return "constant", told_apart
+            carried = has_word(answer, str(foil["answer"])) and not has_word(str(entry.get("answer")), str(foil["answer"]))
+            if carried and there > gold_there + 10.0 ** -GOLD_DIGITS:
+                return "constant", told_apart
+        return "ok", told_apart
 
     def foils_told_apart(self, entry):
-        """The indices of the foils the scorer tells apart from `entry` both ways (neither's answer takes full marks
-        on the other: a foil that pays every answer, propositional_logic's contradictory premises, tells nothing);
-        "blind" when there are foils with another question and another answer but none is told apart. Foils and
-        questions without an answer (None) are not compared."""
+        """The first FOILS foils of the pool the scorer tells apart from `entry` both ways (neither's gold takes full
+        marks on the other: a foil that pays every answer, propositional_logic's contradictory premises, tells
+        nothing), each with `entry`'s gold's score on it; "blind" when there are foils with another question and
+        another gold but none is told apart. Foils and questions without a gold (None) are not compared."""
         gold = entry.get("answer")
-        candidates = [i for i, f in enumerate(self.foils()) if gold is not None and f.get("answer") is not None
-                      and f.get("question") != entry.get("question") and str(f["answer"]) != str(gold)]
-        told_apart = [i for i in candidates if not self._full_marks(str(self.foils()[i]["answer"]), entry)
-                      and not self._full_marks(str(gold), self.foils()[i])]
+        told_apart, candidates = [], 0
+        for index, foil in enumerate(self.pool):
+            if not other_gold(foil, gold) or foil.get("question") == entry.get("question"):
+                continue
+            candidates += 1
+            gold_there = self.score_or_zero(str(gold), foil)
+            if gold_there < FULL_MARKS and self.score_or_zero(str(foil["answer"]), entry) < FULL_MARKS:
+                told_apart.append((index, round(max(0.0, gold_there), GOLD_DIGITS)))
+                if len(told_apart) == FOILS:
+                    break
         return "blind" if candidates and not told_apart else told_apart
 
-    def _full_marks(self, answer: str, entry) -> bool:
-        """Whether `answer` scores full marks on `entry`; a scorer that raises has not given them."""
+    def score_or_zero(self, answer: str, entry) -> float:
+        """`answer`'s score on `entry`; 0 when the scorer raises (a foil that does not fit the answer's shape)."""
         try:
-            return self.score(answer, entry) >= FULL_MARKS
+            score = self.score(answer, entry)
         except Exception:  # noqa: BLE001 - a foil that does not fit the answer's shape
-            return False
+            return 0.0
+        return score if score == score else 0.0
+
+
+def has_word(text: str, word: str) -> bool:
+    """Whether `word` (non-empty) occurs in `text` with no letter or digit right before or after it."""
+    start = text.find(word) if word.strip() else -1
+    while start >= 0:
+        end = start + len(word)
+        if not (start and text[start - 1].isalnum()) and not (end < len(text) and text[end].isalnum()):
+            return True
+        start = text.find(word, start + 1)
+    return False
+
+
+def other_gold(foil, gold) -> bool:
+    """Whether `foil` has a gold and it differs from `gold` (which is not None)."""
+    return gold is not None and foil.get("answer") is not None and str(foil["answer"]) != str(gold)
+
+
+def told_apart_line(told_apart) -> str:
+    """The foils told apart as the child reports them: "index:gold score" pairs, comma-separated."""
+    return ",".join(f"{index}:{gold_there:.{GOLD_DIGITS}f}" for index, gold_there in told_apart)
+
+
+def parse_told_apart(text: str) -> list:
+    """The child's report of the foils told apart, checked: at most FOILS pairs of a pool index and a score in [0, 1)."""
+    found = []
+    for item in text.split(",")[:FOILS]:
+        index, _, gold_there = item.partition(":")
+        try:
+            pair = int(index), float(gold_there)
+        except ValueError:
+            continue
+        if 0 <= pair[0] < FOIL_POOL and 0.0 <= pair[1] < 1.0:
+            found.append(pair)
+    return found
 
 
 def score_in_child(scorer, answer, entry, told_apart, timeout, write_fd) -> None:
@@ -272,9 +339,9 @@ def score_in_child(scorer, answer, entry, told_apart, timeout, write_fd) -> None
         builtins.eval, builtins.exec = guarded_eval(builtins.eval), guarded_exec(builtins.exec)
         score = scorer.score(answer, entry)
         os.write(write_fd, (repr(score)[:RESULT_BYTES] + "\n").encode())
-        if score >= FULL_MARKS:
-            outcome, foils = scorer.foil_check(answer, entry, told_apart)
-            os.write(write_fd, f"{outcome} {','.join(map(str, foils))}\n".encode())
+        if score > 0:
+            outcome, foils = scorer.foil_check(answer, score, entry, told_apart)
+            os.write(write_fd, f"{outcome} {told_apart_line(foils)}\n".encode())
     except BaseException as e:  # noqa: BLE001 - whatever the answer caused is its own verdict
         os.write(write_fd, ("!" + type(e).__name__)[:RESULT_BYTES].encode() + b"\n")
     finally:
@@ -299,11 +366,12 @@ def read_line(read_fd, timeout, pending: bytearray) -> bytes | None:
 
 
 def child_verdict(read_fd, timeout) -> tuple:
-    """(the verdict, the foils told apart from the question or None) from the child's lines: its score; for a score
-    at full marks, the foil check's outcome, within another `timeout` (an answer that stalls the check earns nothing)."""
+    """(the verdict, the foils told apart from the question or None) from the child's lines: its score; for a
+    positive score, the foil check's outcome, within another `timeout` (an answer that stalls the check earns
+    nothing)."""
     pending = bytearray()
     result = verdict(read_line(read_fd, timeout, pending))
-    if result.get("score", 0.0) < FULL_MARKS:
+    if not result.get("score", 0.0) > 0:
         return result, None
     check = read_line(read_fd, timeout, pending)
     if check is None:
@@ -311,7 +379,7 @@ def child_verdict(read_fd, timeout) -> tuple:
     if check.startswith(b"!"):
         return verdict(check), None
     outcome, _, foils = check.decode("ascii", "replace").partition(" ")
-    told_apart = [int(i) for i in foils.split(",") if i.isdigit() and int(i) < FOILS]
+    told_apart = parse_told_apart(foils)
     if outcome == "ok":
         return result, told_apart
     if outcome == "constant":
@@ -417,10 +485,10 @@ def main() -> None:
         key = json.dumps([request["generator"], request["options"]], sort_keys=True)
         try:
             if key not in scorers:
-                dataset = reasoning_gym.create_dataset(request["generator"], size=FOILS, seed=0, **request["options"])
+                dataset = reasoning_gym.create_dataset(request["generator"], size=FOIL_POOL, seed=0, **request["options"])
                 warm_up(dataset)
                 scorers[key] = Scorer(request["generator"], dataset)
-            scorers[key].foils()
+            scorers[key].grow_pool(request["entry"].get("answer"))
         except Exception as e:  # noqa: BLE001 - the data names a generator or options it cannot build
             out.write(json.dumps({"unjudgeable": f"{type(e).__name__}: {e}"[:300]}) + "\n")
             out.flush()
