@@ -178,3 +178,26 @@ def test_a_percentage_has_one_reading_its_number(number, written):
     assert judge(number, answer) == CORRECT and judge(number + r"\%", answer) == CORRECT
     assert judge(hundredth, answer) == WRONG
     assert judge(number + r"\%", rf"\boxed{{{hundredth}}}") == WRONG  # the same rule reads the gold
+
+
+@pytest.mark.parametrize("separator", [r"\,", r"\;", r"\:", r"\!", "\\ ", "~", "\u2009", "\u202f", r"\thinspace "])
+def test_thousands_groups_are_one_number_in_the_gold_and_the_answer(separator):
+    """`1\\,000` was read as 1 x 000 = 0, so gold `1\\,000` marked 1000 wrong and 0 right."""
+    from r1kit.rewards.verify import judge
+
+    grouped = f"1{separator}000"
+    assert judge(f"${grouped}$", r"\boxed{1000}") == CORRECT
+    assert judge(f"${grouped}$", r"\boxed{0}") == WRONG
+    assert judge("1000", rf"\boxed{{{grouped}}}") == CORRECT
+    assert judge("0", rf"\boxed{{{grouped}}}") == WRONG
+    assert judge("1000000", rf"\boxed{{1{separator}000{separator}000}}") == CORRECT
+
+
+@pytest.mark.parametrize("written", [r"\boxed{3\,5}", r"\boxed{12\,34}", r"\boxed{1\;0000}", "<answer>3~5</answer>"])
+def test_digits_kept_apart_by_a_thin_space_have_no_safe_reading_and_are_wrong(written):
+    from r1kit.rewards.verify import judge
+
+    digits = "".join(ch for ch in written.split("{")[-1].split("<")[0] if ch.isdigit()) or "35"
+    for gold in (digits, "8", "15", "3"):
+        assert judge(gold, written) == WRONG, (gold, written)
+    assert judge("1000", r"The sum 3\,5 is not it. \boxed{1000}") == CORRECT  # only the answer itself is read

@@ -110,12 +110,40 @@ def one_reading(parsed: list) -> list:
             for item in parsed]
 
 
+# A thin-space family separator (LaTeX \, \; \: \! "\ " \thinspace ~, or U+2009/U+202F/U+00A0) between digits.
+_DIGIT_SEPARATOR = r"(?:\\[,;:! ]|\\thinspace\s*|~|[\u2009\u202f\u00a0])"
+_DIGIT_GROUP = re.compile(rf"(?<=\d){_DIGIT_SEPARATOR}(?=\d{{3}}(?!\d))")
+_DIGITS_APART = re.compile(rf"\d{_DIGIT_SEPARATOR}\d")
+
+
+def join_digit_groups(text: str) -> str:
+    """`1\\,000` -> `1000`: a separator followed by exactly three digits groups thousands (math-verify reads `\\,`
+    as a product, so `1\\,000` was 0). Applied to the gold and the answer alike."""
+    return _DIGIT_GROUP.sub("", text)
+
+
+def digits_kept_apart(text: str) -> bool:
+    """Whether a thin-space separator still stands between two digits once groups are joined (`3\\,5`): no reading
+    of it is safe (math-verify made `3\\,5` 8), so an answer written so is wrong."""
+    return bool(_DIGITS_APART.search(text))
+
+
+def final_answer_region(text: str, width: int = 200) -> str:
+    """Where the answer is read from: after the last `\\boxed`, else the last <answer> block, else the text's end."""
+    boxed = text.rfind("\\boxed")
+    if boxed >= 0:
+        return text[boxed : boxed + width]
+    block = last_answer_block(text)
+    return block[-width:] if block is not None else text[-width:]
+
+
 @functools.lru_cache(maxsize=4096)
 def _parse_gold(gold: str, limit: int | None) -> list:
     """Parsed gold, cached: a GRPO batch holds each gold `num_generations` times."""
     from math_verify import parse
 
-    return one_reading(parse(gold, extraction_config=_CONFIGS[0], extraction_mode="first_match", parsing_timeout=limit))
+    return one_reading(parse(join_digit_groups(gold), extraction_config=_CONFIGS[0], extraction_mode="first_match",
+                             parsing_timeout=limit))
 
 
 def judge(gold: str, answer: str, limit: int | None = None) -> str:
@@ -136,7 +164,9 @@ def judge(gold: str, answer: str, limit: int | None = None) -> str:
     gold_parsed = _parse_gold(str(gold), limit)
     if not gold_parsed:
         return UNPARSEABLE_GOLD
-    answer = str(answer)[-MAX_ANSWER_CHARS:]
+    answer = join_digit_groups(str(answer)[-MAX_ANSWER_CHARS:])
+    if digits_kept_apart(final_answer_region(answer)):
+        return WRONG
     if _has_huge_power(answer) and not _has_huge_power(str(gold)):
         return WRONG  # cannot equal the gold, and would hang sympy until the time limit
     answer_parsed = parse(answer, extraction_config=answer_cfg, extraction_mode="first_match", parsing_timeout=limit)
