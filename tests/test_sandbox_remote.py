@@ -497,3 +497,46 @@ def test_a_router_flood_is_that_programs_wrong_answer_and_spares_its_batch_mates
     flooded, summed = get_provider(kind, router_url=fake.url).execute([flooder, SUM])
     assert [r.status for r in flooded] == [RUNTIME_ERROR] and "flooded" in flooded[0].stderr
     assert [r.status for r in summed] == [PASSED, WRONG_ANSWER]
+
+
+def test_requests_go_through_the_proxy_the_environment_names_unless_no_proxy_covers_the_host(monkeypatch):
+    """A router behind a corporate proxy: HTTP_PROXY is honoured as urllib honours it (the absolute URL asked of the
+    proxy), and NO_PROXY sends a host around it."""
+    import http.server
+    import json as json_module
+    import threading
+
+    from r1kit.sandbox.remote import RemoteError, post_json
+
+    seen = []
+
+    class Proxy(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802 - the standard library's name
+            seen.append(self.path)
+            self.rfile.read(int(self.headers["Content-Length"]))
+            body = json_module.dumps({"via": "proxy"}).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Proxy)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{server.server_port}")
+        monkeypatch.setenv("http_proxy", f"http://127.0.0.1:{server.server_port}")
+        monkeypatch.delenv("NO_PROXY", raising=False)
+        monkeypatch.delenv("no_proxy", raising=False)
+        assert post_json("http://router.invalid:8000/execute_batch", {"x": 1}, deadline=10) == {"via": "proxy"}
+        assert seen == ["http://router.invalid:8000/execute_batch"]
+        monkeypatch.setenv("NO_PROXY", "router.invalid")
+        monkeypatch.setenv("no_proxy", "router.invalid")
+        with pytest.raises(RemoteError):  # straight to the (unresolvable) host, not the proxy
+            post_json("http://router.invalid:8000/execute_batch", {"x": 1}, deadline=3, retries=0)
+        assert len(seen) == 1
+    finally:
+        server.shutdown()
+        server.server_close()

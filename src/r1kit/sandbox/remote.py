@@ -24,6 +24,7 @@ import socket
 import threading
 import time
 import urllib.parse
+import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from itertools import cycle
 from threading import Lock
@@ -100,13 +101,30 @@ def post_json(url: str, body: Any, deadline: float, retries: int = 3, backoff: f
     raise RemoteError(f"{url}: failed after {attempts} attempt(s): {last}")
 
 
+def _connection(parts: urllib.parse.SplitResult, seconds: float) -> tuple[http.client.HTTPConnection, str]:
+    """A connection for `parts` and the request target, through the proxy the environment names for its scheme
+    (HTTP_PROXY / HTTPS_PROXY, unless NO_PROXY covers the host), as urllib would: plain HTTP asks the proxy for the
+    absolute URL, HTTPS tunnels through it with CONNECT."""
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    https = parts.scheme == "https"
+    kind = http.client.HTTPSConnection if https else http.client.HTTPConnection
+    proxy = urllib.request.getproxies().get(parts.scheme)
+    if proxy and not urllib.request.proxy_bypass(parts.hostname or ""):
+        via = urllib.parse.urlsplit(proxy if "://" in proxy else f"http://{proxy}")
+        if https:
+            connection = kind(via.hostname, via.port or 8080, timeout=seconds)
+            connection.set_tunnel(parts.hostname, parts.port or 443)
+            return connection, target
+        return http.client.HTTPConnection(via.hostname, via.port or 8080, timeout=seconds), parts.geturl()
+    return kind(parts.hostname, parts.port, timeout=seconds), target
+
+
 def _post_once(url: str, data: bytes, seconds: float, max_bytes: int) -> tuple[int, bytes]:
     """(status, body) of one POST, done within `seconds` whatever the server does: a timer shuts the connection at
     the deadline, so neither a stalled connect, nor headers or a body that trickle in, can hold it longer. The body
     is read in chunks and refused as soon as it passes `max_bytes`, before it is all in memory."""
     parts = urllib.parse.urlsplit(url)
-    kind = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
-    connection = kind(parts.hostname, parts.port, timeout=seconds)
+    connection, path = _connection(parts, seconds)
     expired = threading.Event()
 
     def expire() -> None:
@@ -121,7 +139,6 @@ def _post_once(url: str, data: bytes, seconds: float, max_bytes: int) -> tuple[i
     timer.daemon = True
     timer.start()
     try:
-        path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         connection.request("POST", path, body=data, headers={"Content-Type": "application/json"})
         response = connection.getresponse()
         declared = (response.getheader("Content-Length") or "").strip()
@@ -142,6 +159,7 @@ def _post_once(url: str, data: bytes, seconds: float, max_bytes: int) -> tuple[i
         raise
     finally:
         timer.cancel()
+        timer.join(1.0)  # its thread ends at once when cancelled; joined, so no timer outlives the request
         connection.close()
 
 
