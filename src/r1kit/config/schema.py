@@ -620,6 +620,11 @@ class GRPOConfig(RunFields, trl.GRPOConfig):
             generation batch unjudged (None: test cases unreachable, no sandbox, unparseable golds), two batches
             running, stops the run with its name and its latest warnings. 1.0 stops only a reward that judges
             nothing; lower it to be stricter; `None` never stops (the rows still count in the logs).
+        trim_padding (`bool`, defaults to `False`): the loss forward and backward of each micro-batch skip the
+            columns that are padding in every one of its rows (leading prompt padding, trailing completion padding),
+            with the same log-probabilities, loss and gradients as TRL's dense pass; see `r1kit.trainer`. Leading
+            padding goes only for models that number positions by column (Llama, Mistral, Qwen2/3, GPT-2); a
+            micro-batch with images or token types stays dense (said once).
     """
 
     dynamic_sampling: bool = field(
@@ -643,6 +648,9 @@ class GRPOConfig(RunFields, trl.GRPOConfig):
     unjudged_share_limit: float | None = field(
         default=1.0, metadata={"help": "Stop when a reward leaves this share of two generation batches running "
                                        "unjudged (None); null: never stop."}
+    )
+    trim_padding: bool = field(
+        default=False, metadata={"help": "Skip each micro-batch's all-padding columns in the loss pass (exact)."}
     )
     heldout_eval_steps: int = field(default=0, metadata={"help": "heldout_accuracy: evaluate every N steps (0: start/end)."})
     heldout_size: int = field(default=200, metadata={"help": "heldout_accuracy: test problems evaluated."})
