@@ -18,11 +18,11 @@ OVERRIDDEN = {
     "_save_checkpoint": ["model", "trial"],
     "_load_optimizer_and_scheduler": ["checkpoint"],
     "_get_grad_norm": ["model", "grad_norm"],  # transformers' Trainer: the non-finite gradient check
+    "_compute_loss": ["model", "inputs"],  # trim_padding (the tests' loss spies wrap it too)
 }
 CALLED = {
     "_get_output_dir": ["trial"],
     "_get_per_token_logps_and_entropies": ["model", "input_ids", "attention_mask", "logits_to_keep", "batch_size"],
-    "_compute_loss": ["model", "inputs"],  # the tests' loss spies wrap it
 }
 # attributes the trainer reads after TRL's __init__ set them
 ATTRIBUTES = ("_metrics", "_step", "_tokenizer", "num_generations", "num_iterations", "reward_weights",
