@@ -568,8 +568,9 @@ def test_countdown_and_puzzle24_cheats_score_nothing_and_towers_cost_no_more_tha
     puzzles = reasoning_gym.create_dataset("puzzle24", size=2, seed=3)
     other_rows_gold = (puzzles[0]["answer"], encode_record("puzzle24", {}, puzzles[1]))
     answers, records = zip(*cheats, other_rows_gold)
-    # Refused before the scorer, which gives them its "no answer" score.
-    assert score_completions([f"<answer>{a}</answer>" for a in answers], list(records), timeout=3) == [0.01] * 4
+    # Refused before the scorer, which gives them its "no answer" credit (0.01); that credit is paid on every row
+    # alike, so the degenerate-answer rule takes it too.
+    assert score_completions([f"<answer>{a}</answer>" for a in answers], list(records), timeout=3) == [0.0] * 4
 
     rows = reasoning_gym.create_dataset("countdown", size=8, seed=0)
     records = [encode_record("countdown", {}, rows[i]) for i in range(8)]
