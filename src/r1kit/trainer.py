@@ -67,6 +67,16 @@ from r1kit.rewards.text import completion_text
 logger = logging.getLogger(__name__)
 
 
+def _restore_on_indexed_cpu(storage, location: str):
+    """Loads a storage whose map location is an indexed CPU device (`cpu:0`), which torch's own CPU handler refuses
+    ("don't know how to restore data location ... cpu:0"). transformers 5.17 resumes a multi-process CPU run's
+    optimizer with `map_location=args.device`, and that device is `cpu:<index>` there: without this, every 2-rank
+    CPU resume dies. Registered through torch's serialization extension point; it never tags anything for saving."""
+    return storage if location.startswith("cpu:") else None
+
+
+torch.serialization.register_package(11, lambda obj: None, _restore_on_indexed_cpu)
+
 DEFAULT_CPU_KVCACHE_GIB = 1  # VLLM_CPU_KVCACHE_SPACE when the environment leaves it unset (vLLM's own is 4 GiB)
 
 
