@@ -114,3 +114,17 @@ def test_a_share_of_unjudged_rows_stops_only_below_the_limit_the_recipe_sets(tmp
                         reward_funcs=["tests.rewards_for_tests:length_variety", "tests.rewards_for_tests:judges_nothing"],
                         unjudged_share_limit=None)
     run(tmp_path, never)  # the recipe allows it explicitly
+
+
+def test_a_checkpoint_loads_onto_an_indexed_cpu_device():
+    """transformers 5.17 resumes a multi-process CPU run's optimizer with map_location cpu:<index>; torch alone
+    refuses it ("don't know how to restore data location"), r1kit's trainer module teaches it."""
+    import io
+
+    import r1kit.trainer  # noqa: F401 - registers the location handler
+
+    buffer = io.BytesIO()
+    torch.save({"exp_avg": torch.arange(4.0)}, buffer)
+    buffer.seek(0)
+    loaded = torch.load(buffer, map_location=torch.device("cpu", 0), weights_only=True)
+    assert torch.equal(loaded["exp_avg"], torch.arange(4.0))
