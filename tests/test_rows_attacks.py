@@ -7,10 +7,8 @@ Most cases use a provider that records what it is asked and runs nothing; the on
 
 from __future__ import annotations
 
-import os
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
@@ -19,6 +17,7 @@ from r1kit.rewards.competitive import make_cf_code_reward, make_ioi_code_reward
 from r1kit.sandbox import PASSED, TIME_LIMIT
 from r1kit.sandbox import TestResult as Outcome
 from r1kit.sandbox.jail import probe
+from tests.helpers import descendants
 
 TC = [{"input": "1\n", "output": "1\n"}]
 PYTHON = "```python\nprint(input())\n```"
@@ -183,24 +182,6 @@ def test_ioi_checkers_of_a_round_run_in_one_call(recorder):
     out = reward(["```cpp\nint main(){}\n```"] * 4, **columns(rows))
     assert out == [1.0] * 4  # the recorder's checker prints "1"
     assert recorder.calls == [[2] * 4, [2] * 4]  # the programs in one call, then their checkers in one more
-
-
-def descendants() -> set[int]:
-    parents = {}
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            parents[int(pid)] = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-    found = set()
-    for pid in parents:
-        p, hops = pid, 0
-        while p in parents and p > 1 and hops < 64:
-            p, hops = parents[p], hops + 1
-            if p == os.getpid():
-                found.add(pid)
-                break
-    return found
 
 
 @pytest.mark.slow

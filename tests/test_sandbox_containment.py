@@ -21,6 +21,7 @@ import pytest
 from r1kit.rewards.code import make_binary_code_reward
 from r1kit.sandbox import MEMORY_LIMIT, PASSED, RUNTIME_ERROR, SANDBOX_ERROR, TIME_LIMIT, Program, get_provider
 from r1kit.sandbox.jail import probe
+from tests.helpers import descendants
 
 pytestmark = pytest.mark.skipif(probe() is not None, reason=f"no jail here: {probe()}")
 SRC = Path(__file__).resolve().parents[1] / "src"
@@ -51,29 +52,10 @@ def _ipc() -> dict:
     return state
 
 
-def _descendants() -> list[int]:
-    """Processes started (directly or not) by this test process: what a jail left behind would be among them."""
-    parents = {}
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            parents[int(pid)] = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-    me, found = os.getpid(), []
-    for pid in parents:
-        p, seen = pid, 0
-        while p in parents and p > 1 and seen < 64:
-            p, seen = parents[p], seen + 1
-            if p == me:
-                found.append(pid)
-                break
-    return found
-
-
 def _no_new_descendants_within(before: set[int], seconds: float) -> list[int]:
     """Processes started by this process since `before` (e.g. not the math verifier's workers) still alive."""
     deadline = time.monotonic() + seconds
-    while (left := sorted(set(_descendants()) - before)) and time.monotonic() < deadline:
+    while (left := sorted(descendants() - before)) and time.monotonic() < deadline:
         time.sleep(0.05)
     return left
 
@@ -105,7 +87,7 @@ def host(tmp_path, monkeypatch):
     tmp_secret = Path(f"/tmp/r1kit-secret-{uuid.uuid4().hex}")
     tmp_secret.write_text("ok\n")
     before = {"tmp": set(os.listdir("/tmp")), "cwd": set(os.listdir(tmp_path)), "ipc": _ipc(), "shmem": _shmem_kib(),
-              "processes": set(_descendants())}
+              "processes": descendants()}
     yield {"secret": secret, "tmp_secret": tmp_secret}
     assert _no_new_descendants_within(before["processes"], 5.0) == []
     assert not [name for name in set(os.listdir("/tmp")) - before["tmp"] if _from_a_jail(Path("/tmp", name))]
