@@ -39,6 +39,7 @@ def tiny_recipe(model_dir: Path, data: Path, output_dir: Path, **overrides) -> d
         "seed": 7,
         "bf16": False,
         "reward_workers": 1,
+        "probe_rewards": False,  # length_variety pays for length by design: the probes would stop it (test_probes.py)
     }
     recipe.update(overrides)
     return recipe

@@ -54,3 +54,24 @@ def judges_nothing(completions, **kwargs):
 
     logging.getLogger("r1kit.rewards.tests").warning("test cases out of reach: nothing to run")
     return [None] * len(completions)
+
+
+def gold_anywhere(completions, solution, **kwargs):
+    """A gameable reward, planted for the probe tests: 1.0 when the gold number appears anywhere in the reply (a
+    hedge of every candidate, or the gold in the reasoning, earns full marks)."""
+    import re
+
+    rewards = []
+    for completion, gold in zip(completions, solution):
+        text = completion[-1]["content"] if isinstance(completion, list) else completion
+        number = re.sub(r"\D", "", str(gold))
+        rewards.append(1.0 if number and number in text else 0.0)
+    return rewards
+
+
+def raises_on_empty(completions, **kwargs):
+    """A reward with a bug: it raises on an empty reply (training would stop at the first one)."""
+    texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
+    if any(not t for t in texts):
+        raise IndexError("string index out of range")
+    return [0.0 for _ in texts]

@@ -50,7 +50,8 @@ def grpo(tmp_path: Path, model: Path, data: Path, out: Path, **keys) -> list[dic
                   reward_funcs=["tests.rewards_for_tests:flat_or_length"], num_generations=4,
                   per_device_train_batch_size=8, max_completion_length=12, learning_rate=1e-2, output_dir=str(out),
                   report_to="none", logging_steps=1, save_strategy="no", use_vllm=True, vllm_mode="colocate",
-                  vllm_max_model_length=128, bf16=False, torch_num_threads=1, log_completions_file=True, seed=0)
+                  vllm_max_model_length=128, bf16=False, torch_num_threads=1, log_completions_file=True, seed=0,
+                  probe_rewards=False)  # flat_or_length pays 1.0 on flat rows whatever the reply: the probes would stop it
     recipe.update(keys)
     path = write_recipe(tmp_path, **recipe)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}

@@ -23,6 +23,8 @@ COMMANDS = {  # name: (module, one line for the usage)
     "pass-rate": ("r1kit.pass_rate", "score prompts' pass rates and keep the informative ones (Open-R1's filtering):\n"
                   "                 r1kit pass-rate --config FILTER.yaml"),
     "rewards": ("r1kit.rewards", "list the registered reward functions and the dataset columns each needs"),
+    "probe-rewards": ("r1kit.probes", "score replies that deserve nothing with a recipe's rewards, and the gold:\n"
+                      "                 r1kit probe-rewards --config RECIPE"),
     "vllm-serve": ("r1kit.vllm_serve", "a vLLM server for vllm_mode: server, on CPU too: r1kit vllm-serve --model MODEL"),
     "report": ("r1kit.report", "draw a run's curves: r1kit report OUTPUT_DIR (writes OUTPUT_DIR/report.png)"),
 }

@@ -30,7 +30,7 @@ from datasets import DatasetDict
 from transformers.trainer_callback import ProgressCallback
 from trl import get_peft_config
 
-from r1kit import data, preflight
+from r1kit import data, preflight, probes
 from r1kit import run as runs
 from r1kit.callbacks import CompactProgressCallback, EvaluateBenchmarksCallback, HeldOutAccuracyCallback, get_callbacks
 from r1kit.config.recipe import DEFAULT_RECIPE, GRPO_TYPES, run_recipe_command
@@ -61,6 +61,9 @@ def setup(script_args: GRPOScriptArguments, training_args: GRPOConfig, model_arg
     rewards, callbacks)."""
     checkpoint = runs.prepare(training_args, lambda: preflight.check_grpo_recipe(script_args, training_args, model_args))
     dataset, raw_dataset = prepare_dataset(script_args, training_args)
+    if script_args.probe_rewards:  # a reward that pays for a hack stops the run here, before the model loads
+        results = probes.check_rewards(script_args, training_args, dataset[script_args.dataset_train_split])
+        runs.startup_logger.info(probes.summary(results))
     run = build_trainer(script_args, training_args, model_args, dataset, raw_dataset, checkpoint)
     if run.trainer.accelerator.is_main_process:
         runs.write_run_metadata(training_args, checkpoint)
@@ -227,13 +230,18 @@ def sampling_line(args: GRPOConfig) -> str | None:
 def dry_run(script_args: GRPOScriptArguments, training_args: GRPOConfig, model_args: ModelConfig) -> str:
     """Checks a recipe without loading a model; returns the resolved configuration as YAML."""
     preflight.check_grpo_recipe(script_args, training_args, model_args, dry_run=True)
+    checked = ""
     if data.is_local(script_args):
         dataset, raw = prepare_dataset(script_args, training_args)
         get_callbacks(script_args, training_args, raw, None)  # a callback's own data checks
+        if script_args.probe_rewards:
+            table = probes.table(probes.check_rewards(script_args, training_args, dataset[script_args.dataset_train_split]))
+            checked += f"\n{table}\n"
     else:
         logger.info("Dataset %s is remote: its columns are checked when the run starts.", script_args.dataset_name)
-    return runs.resolved_recipe(script_args, training_args, model_args) + (
-        "recipe OK: keys, values, paths, cross-field rules and (local) dataset columns checked; no model loaded.")
+    return runs.resolved_recipe(script_args, training_args, model_args) + checked + (
+        "recipe OK: keys, values, paths, cross-field rules and (local) dataset columns checked"
+        + ("; rewards probed" if checked else "") + "; no model loaded.")
 
 
 # --------------------------------------------------------------------------------------------------------------------

@@ -332,6 +332,13 @@ class GRPOScriptArguments(DataFields, ScriptArguments):
             accuracy on reasoning-gym data) reads the answer when a completion has no `<answer>` block:
             `last_number` (the last number for a numeric gold, else the last line) or `reply` (the whole reply, as
             reasoning-gym's scorers expect: a reply that only contains the answer earns their partial credit).
+        probe_rewards (`bool`, defaults to `True`): before the model loads (and in `--dry-run` with local data), score
+            replies that deserve nothing (empty, the prompt echoed, the format alone, every candidate hedged, the gold
+            outside the answer, a huge reply, look-alike digits; for code rewards exit(0), printed outputs, an always-
+            equal object, an infinite loop, reading the tests) with every reward, and the gold answer, on a few of the
+            dataset's rows (`r1kit.probes`); a probe above its bound stops the run. `false` skips them.
+        probe_acknowledged (`list[str]`, defaults to `[]`): `reward:probe` pairs the recipe accepts
+            (`tests.my_rewards:contains_gold:hedge`, `accuracy:lookalike`): those probes are reported, not stopped on.
     """
 
     dataset_name: str | None = field(
@@ -398,6 +405,12 @@ class GRPOScriptArguments(DataFields, ScriptArguments):
     reasoning_gym_answer: AnswerMode = field(
         default="last_number",
         metadata={"help": "reasoning_gym reward, outside <answer>: last_number or reply (the whole reply)."},
+    )
+    probe_rewards: bool = field(
+        default=True, metadata={"help": "Probe every reward for exploits before training (r1kit probe-rewards)."}
+    )
+    probe_acknowledged: list[str] = field(
+        default_factory=list, metadata={"help": "reward:probe pairs whose probe may score above its bound."}
     )
 
 
