@@ -48,7 +48,7 @@ logger = logging.getLogger(__name__)
 SAMPLE_ROWS = 4  # rows probed per reward: enough for a hedge over several golds, few enough to take seconds
 HUGE_CHARS = 20_000  # the huge probe's length: past what a verifier reads (math: its last 20 k characters)
 CODE_TESTS = 4  # a code row's tests kept for the probes
-CODE_TIME_LIMIT = 1.0  # seconds per test for the probes: an infinite loop costs CODE_TESTS seconds per row at most
+CODE_TIME_LIMIT = 0.5  # seconds per test for the probes: an infinite loop costs CODE_TESTS / 2 seconds per row at most
 TOLERANCE = 1e-9
 
 GENERIC = ("empty", "prompt_echo", "format_only", "hedge", "outside", "huge", "lookalike")
