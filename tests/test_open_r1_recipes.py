@@ -22,8 +22,12 @@ COMMON = {  # every Open-R1 GRPO recipe sets these
     "max_prompt_length": 512, "num_train_epochs": 1, "save_strategy": "epoch", "save_total_limit": 1,
 }
 MATH_ROWS = [{"problem": f"What is {i} + 1?", "solution": f"${i + 1}$", "answer": str(i + 1)} for i in range(64)]
-CODE_ROWS = [{"problem_statement": f"Print {i}.", "gold_standard_solution": f"print({i})",
-              "verification_info": {"language": "python", "test_cases": [{"input": "", "output": f"{i}\n", "type": "stdin_stdout"}]}}
+# Two tests per row: with one, printing its expected output passes every test, and the dry run's exploit probe
+# rightly stops the recipe (r1kit.probes).
+CODE_ROWS = [{"problem_statement": f"Print {i} plus the input.", "gold_standard_solution": f"print({i} + int(input()))",
+              "verification_info": {"language": "python", "test_cases": [
+                  {"input": "1\n", "output": f"{i + 1}\n", "type": "stdin_stdout"},
+                  {"input": "2\n", "output": f"{i + 2}\n", "type": "stdin_stdout"}]}}
              for i in range(64)]
 IOI_ROWS = [{"problem": f"Subtask {i}", "id": "nile", "year": 2024, "subtask": i, "score": 10, "score_precision": 2,
              "test_names": ["0-01"], "grader_files": [["graders/grader.cpp", "int main(){}"]], "time_limit": 2.0,
