@@ -151,7 +151,8 @@ def test_heldout_accuracy_generates_with_the_colocated_engine_at_the_current_wei
         reward_funcs=["tests.rewards_for_tests:flat_or_length"], num_generations=4, per_device_train_batch_size=8,
         max_completion_length=8, learning_rate=1e-2, output_dir=str(out), report_to="none", logging_steps=1,
         save_strategy="no", use_vllm=True, vllm_mode="colocate", vllm_max_model_length=128, bf16=False,
-        torch_num_threads=1, seed=0, max_steps=2, callbacks=["heldout_accuracy"], heldout_eval_steps=1)
+        torch_num_threads=1, seed=0, max_steps=2, callbacks=["heldout_accuracy"], heldout_eval_steps=1,
+        probe_rewards=False)  # flat_or_length pays for length by design: the exploit probes would stop it
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     result = subprocess.run([sys.executable, "-c", HELDOUT_CHECK, str(recipe)], cwd=ROOT, env=env,
                             capture_output=True, text=True, timeout=600)
