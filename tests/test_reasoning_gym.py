@@ -626,3 +626,16 @@ def test_foil_report_is_checked_and_words_are_whole():
     assert server.parse_told_apart("1:0.1,2:0.2,3:0.3,4:0.4") == [(1, 0.1), (2, 0.2), (3, 0.3)]
     assert server.has_word("off on undetermined", "on") and server.has_word("6 5 7", "7")
     assert not server.has_word("15", "5") and not server.has_word("answer", "a") and not server.has_word("x", "")
+
+
+def test_an_answer_in_look_alike_digits_is_wrong():
+    """reasoning-gym's scorers read fullwidth or Arabic-Indic digits as digits (Python's float does), so the gold
+    written in them scored 1.0 (found by the exploit probes); ASCII digits stay the only ones read."""
+    pytest.importorskip("reasoning_gym")
+    from r1kit.rewards.gym import extract_answer, score_completions
+
+    record = {"generator": "chain_sum", "options": {},
+              "entry": {"question": "7 - 11 =", "answer": "-4", "metadata": {}}}
+    lookalikes = ["<answer>-\uff14</answer>", "<answer>-\u0664</answer>", "The answer is -\U0001d7d2."]
+    assert score_completions(["<answer>-4</answer>", *lookalikes], [record] * 4, timeout=3) == [1.0, 0.0, 0.0, 0.0]
+    assert extract_answer("so -\uff14, or rather 5", "-4") == "5"  # the last ASCII number

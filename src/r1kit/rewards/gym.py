@@ -49,7 +49,14 @@ logger = logging.getLogger(__name__)
 
 AnswerMode = Literal["last_number", "reply"]  # how an answer is read outside an <answer> block (`extract_answer`)
 MAX_ANSWER_CHARS = 1000  # an answer is cut to its last 1000 characters before scoring, or twice its gold's length
-_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?", re.ASCII)  # ASCII digits only: see has_foreign_digits
+
+
+def has_foreign_digits(text: str) -> bool:
+    """Whether `text` holds digits other than ASCII 0-9 (fullwidth, Arabic-Indic, mathematical bold, ...). Python's
+    `int` and `float` read them, so reasoning-gym's scorers would pay an answer in look-alike digits; where the gold
+    has none, such an answer is wrong."""
+    return any(ch.isdigit() and not "0" <= ch <= "9" for ch in text)
 
 
 def extract_answer(completion: str, gold: str, mode: AnswerMode = "last_number") -> str:
@@ -260,7 +267,12 @@ def score_completions(
         parsed = _parse_record(record)
         if parsed is None:
             continue
-        request = _request(parsed, extract_answer(completion, str(parsed["entry"]["answer"]), mode))
+        gold = str(parsed["entry"]["answer"])
+        answer = extract_answer(completion, gold, mode)
+        if has_foreign_digits(answer) and not has_foreign_digits(gold):
+            scores[i] = 0.0  # look-alike digits: the scorer would read them as the gold's
+            continue
+        request = _request(parsed, answer)
         if request is not None:
             requests.append(request)
             places.append(i)
