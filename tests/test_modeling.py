@@ -59,3 +59,27 @@ def test_quantisation_without_gpu_is_a_clear_error():
 def test_use_cache_is_off_under_gradient_checkpointing():
     assert model_init_kwargs(model_args(), training_args(gradient_checkpointing=True))["use_cache"] is False
     assert model_init_kwargs(model_args(), training_args())["use_cache"] is True
+
+
+@pytest.mark.parametrize("written, matched", [(["q_proj"], {"q_proj"}), (["q_proj", "v_proj"], {"q_proj", "v_proj"}),
+                                              ("all-linear", "all-linear"), (r".*\.q_proj", r".*\.q_proj")])
+def test_one_lora_target_module_stays_a_module_name(written, matched):
+    """TRL turns a one-item list into its string, which peft reads as a whole-name pattern: [q_proj] matched nothing."""
+    from r1kit.config.schema import ModelConfig
+    from r1kit.modeling import get_peft_config
+
+    config = get_peft_config(ModelConfig(model_name_or_path="m", use_peft=True, lora_target_modules=written))
+    assert config.target_modules == matched
+
+
+@pytest.mark.slow
+def test_a_lora_run_on_one_target_module_trains_it(tmp_path, tiny_model_dir, math_jsonl):
+    from r1kit.config.recipe import parse_args
+    from r1kit.grpo import pipeline
+    from tests.helpers import tiny_recipe, write_recipe
+
+    recipe = tiny_recipe(tiny_model_dir, math_jsonl, tmp_path / "out", max_steps=1, use_peft=True, lora_r=4,
+                         lora_target_modules=["q_proj"])
+    pipeline(*parse_args(["--config", str(write_recipe(tmp_path, **recipe))]))
+    adapter = (tmp_path / "out" / "adapter" / "adapter_config.json")
+    assert adapter.is_file() and "q_proj" in adapter.read_text()

@@ -28,7 +28,6 @@ import sys
 
 from datasets import DatasetDict
 from transformers.trainer_callback import ProgressCallback
-from trl import get_peft_config
 
 from r1kit import data, preflight, probes
 from r1kit import run as runs
@@ -38,7 +37,7 @@ from r1kit.config.schema import GRPOConfig, GRPOScriptArguments, ModelConfig
 from r1kit.console import add_pass_through_command
 from r1kit.errors import ConfigError
 from r1kit.machine import vllm_is_cpu_build
-from r1kit.modeling import get_model, get_tokenizer
+from r1kit.modeling import get_model, get_peft_config, get_tokenizer
 from r1kit.rewards import get_reward_funcs
 from r1kit.trainer import CompletionsRecorder, R1Trainer
 

@@ -318,3 +318,21 @@ def get_model(model_args: ModelConfig, training_args: RunFields):
         return AutoModelForCausalLM.from_pretrained(path, **kwargs)
     except OSError as e:  # no weights, an unreachable Hub id
         raise _load_error("model", model_args.model_name_or_path, e) from None
+
+
+def get_peft_config(model_args: ModelConfig):
+    """TRL's LoRA config for the recipe (None without `use_peft`), with one-module lists kept as lists.
+
+    TRL's `ModelConfig` turns a one-item `lora_target_modules` into its single string (so that `all-linear` can be
+    written as a list), and peft reads a string as a regular expression that must match a module's whole name: `[q_proj]`
+    then matched nothing ("Target modules q_proj not found"). A plain module name goes back into a list, which peft
+    matches as a name suffix, as it does for two or more names; `all-linear` and real patterns stay strings."""
+    import re
+
+    from trl import get_peft_config as trl_peft_config  # deferred: trl
+
+    config = trl_peft_config(model_args)
+    target = getattr(config, "target_modules", None)
+    if isinstance(target, str) and target != "all-linear" and re.fullmatch(r"[\w.]+", target):
+        config.target_modules = {target}
+    return config

@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 from datasets import Dataset
-from trl import get_peft_config
 
 from r1kit import data, preflight, records
 from r1kit import run as runs
@@ -35,7 +34,7 @@ from r1kit.config.recipe import run_recipe_command
 from r1kit.config.schema import ModelConfig, SFTConfig, SFTScriptArguments
 from r1kit.console import add_pass_through_command
 from r1kit.errors import ConfigError
-from r1kit.modeling import build_char_tokenizer, build_tiny_llama, get_model, get_tokenizer
+from r1kit.modeling import build_char_tokenizer, build_tiny_llama, get_model, get_peft_config, get_tokenizer
 from r1kit.tasks import addition_problems, sft_rows
 from r1kit.trainer import R1SFTTrainer
 
