@@ -37,10 +37,9 @@ from r1kit import data
 from r1kit.config.recipe import DEFAULT_RECIPE, GRPO_TYPES, run_recipe_command
 from r1kit.console import add_pass_through_command, run_module
 from r1kit.errors import ConfigError
-from r1kit.gym_data import decode_record
 from r1kit.rewards import get_reward_funcs
 from r1kit.rewards.code import BadRow, as_mapping
-from r1kit.rewards.gym import check_gym_scoring
+from r1kit.rewards.gym import check_gym_scoring, parse_record
 from r1kit.sandbox import jail
 
 logger = logging.getLogger(__name__)
@@ -152,11 +151,8 @@ def _boxed_content(text: str) -> str | None:
 
 
 def _record_answer(record: Any) -> str | None:
-    try:
-        record = decode_record(record) if isinstance(record, str) else record
-        return str(record["entry"]["answer"])
-    except (ValueError, RecursionError, TypeError, KeyError):
-        return None
+    parsed = parse_record(record)  # the reward's own reading of the record (size and depth bounded)
+    return str(parsed["entry"]["answer"]) if parsed is not None else None
 
 
 def row_gold(row: dict, name: str) -> tuple[str, bool] | None:

@@ -538,18 +538,12 @@ def write_run_metadata(training_args: RunFields, resumed_from: str | None) -> No
         "started": now(),
     }
     Path(training_args.output_dir).mkdir(parents=True, exist_ok=True)
-    write_json_file(Path(training_args.output_dir) / RUN_RECORD, meta)
+    records.write_json(Path(training_args.output_dir) / RUN_RECORD, meta)
 
 
 def update_run_record(output_dir: str, **fields) -> None:
     """Sets `fields` in `OUTPUT_DIR/r1kit_run.json`, keeping the rest."""
-    write_json_file(Path(output_dir) / RUN_RECORD, {**read_run_record(output_dir), **fields})
-
-
-def write_json_file(path: Path, content: Any) -> None:
-    """Writes `content` as JSON atomically (`records.write_json`): a kill or a full disk leaves the old file or the
-    new one, never a torn one."""
-    records.write_json(path, content)
+    records.write_json(Path(output_dir) / RUN_RECORD, {**read_run_record(output_dir), **fields})
 
 
 def save_state(trainer) -> None:
@@ -728,9 +722,9 @@ def heldout_summary(run: Run, metrics: dict) -> dict | None:
 
 
 def write_json(run: Run, name: str, content: dict) -> None:
-    """`OUTPUT_DIR/<name>` on the main process, written atomically (`write_json_file`)."""
+    """`OUTPUT_DIR/<name>` on the main process, written atomically (`records.write_json`)."""
     if run.trainer.accelerator.is_main_process:
-        write_json_file(Path(run.trainer.args.output_dir) / name, content)
+        records.write_json(Path(run.trainer.args.output_dir) / name, content)
 
 
 def resolved_recipe(*args: Any) -> str:

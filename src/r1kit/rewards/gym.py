@@ -92,7 +92,7 @@ def extract_answer(completion: str, gold: str, mode: AnswerMode = "last_number")
 MAX_RECORD_CHARS = 4 << 20  # a row's record longer than this is not read (reasoning-gym's largest, ARC, is ~20 k)
 
 
-def _parse_record(record: Any) -> dict | None:
+def parse_record(record: Any) -> dict | None:
     """The row's `reasoning_gym` record as a dict with `generator`, `options` and `entry` (tuples and sets restored:
     `decode_record`), or None when unreadable: not JSON, too long, nested too deep, or missing a field."""
     if isinstance(record, str):
@@ -264,7 +264,7 @@ def score_completions(
     scores: list[float | None] = [None] * len(completions)
     requests, places = [], []
     for i, (completion, record) in enumerate(zip(completions, records)):
-        parsed = _parse_record(record)
+        parsed = parse_record(record)
         if parsed is None:
             continue
         gold = str(parsed["entry"]["answer"])
