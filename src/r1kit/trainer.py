@@ -250,7 +250,8 @@ class CompletionsRecorder(TrainerCallback):
         # (with a line torn by a kill); a fresh run starts an empty file.
         records.rewind(self.path, state.global_step)
 
-    def __call__(self, trainer: R1Trainer, prompts: list, completions: list, rewards: torch.Tensor) -> None:
+    def __call__(self, trainer: R1Trainer, prompts: list, completions: list, rewards: torch.Tensor,
+                 inputs: list[dict] | None = None) -> None:
         # Gathered over processes, in rank order: this process's rows are its own slice.
         n, rank = len(prompts), trainer.accelerator.process_index
         training = trainer.model.training
@@ -360,8 +361,9 @@ class R1Trainer(StopOnNonFiniteGradients, GRPOTrainer):
         curriculum_reward_index (`int` or `None`, defaults to `None`): position in `reward_funcs` of the reward whose
             group mean is a prompt's pass rate; required when the curriculum is on.
         reward_listeners (`list[Callable]`, defaults to `[]`): each is called as `listener(trainer, prompts,
-            completions, rewards)` after every scored batch (`rewards`: TRL's gathered `(batch, num_rewards)`
-            tensor, NaN for a reward's None); the completions recorder is one.
+            completions, rewards, inputs)` after every scored batch (`rewards`: TRL's gathered `(batch, num_rewards)`
+            tensor, NaN for a reward's None; `inputs`: this process's rows, gold columns included); the completions
+            recorder is one.
     """
 
     def __init__(self, *args, curriculum_reward_index: int | None = None, reward_listeners: list | None = None,
@@ -429,7 +431,7 @@ class R1Trainer(StopOnNonFiniteGradients, GRPOTrainer):
         rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         self._round_rewards = rewards  # gathered over ranks: every rank sees every group's rewards
         for listener in self.reward_listeners:
-            listener(self, prompts, completions, rewards)
+            listener(self, prompts, completions, rewards, inputs)
         if self.model.training:
             self._stop_if_unjudged(rewards)
         return rewards

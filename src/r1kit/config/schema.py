@@ -633,11 +633,17 @@ class GRPOConfig(RunFields, trl.GRPOConfig):
             generation batch unjudged (None: test cases unreachable, no sandbox, unparseable golds), two batches
             running, stops the run with its name and its latest warnings. 1.0 stops only a reward that judges
             nothing; lower it to be stricter; `None` never stops (the rows still count in the logs).
-        trim_padding (`bool`, defaults to `False`): the loss forward and backward of each micro-batch skip the
-            columns that are padding in every one of its rows (leading prompt padding, trailing completion padding),
-            with the same log-probabilities, loss and gradients as TRL's dense pass; see `r1kit.trainer`. Leading
-            padding goes only for models that number positions by column (Llama, Mistral, Qwen2/3, GPT-2); a
-            micro-batch with images or token types stays dense (said once).
+        trim_padding (`bool`, defaults to `True`): no compute on padding in the loss pass (and in the old and
+            reference log-probabilities): each micro-batch drops the columns that are padding in every one of its
+            rows and splits its rows into buckets of similar completion length, each padded only to its own
+            longest; same log-probabilities, entropies, loss and gradients as TRL's dense pass. Leading padding goes
+            only for models that number positions by column (Llama, Mistral, Qwen2/3, GPT-2); a micro-batch with
+            images or token types stays dense (said once). See `r1kit.trainpass`.
+        shared_prompt_pass (`bool`, defaults to `True`): in the same passes, each distinct prompt of a micro-batch
+            is computed once and its completions attend to its keys and values (the prompt's activations get the
+            sum of its completions' gradients, as in the dense pass). Needs a model that numbers positions by column
+            and takes a key/value cache; it stands down, said once, under gradient checkpointing, with dropout
+            active, for MoE auxiliary losses and for multimodal batches.
     """
 
     dynamic_sampling: bool = field(
@@ -663,7 +669,10 @@ class GRPOConfig(RunFields, trl.GRPOConfig):
                                        "unjudged (None); null: never stop."}
     )
     trim_padding: bool = field(
-        default=False, metadata={"help": "Skip each micro-batch's all-padding columns in the loss pass (exact)."}
+        default=True, metadata={"help": "No compute on padding in the loss pass: trim and bucket by length (exact)."}
+    )
+    shared_prompt_pass: bool = field(
+        default=True, metadata={"help": "Compute each distinct prompt of a micro-batch once in the loss pass (exact)."}
     )
     heldout_eval_steps: int = field(default=0, metadata={"help": "heldout_accuracy: evaluate every N steps (0: start/end)."})
     heldout_size: int = field(default=200, metadata={"help": "heldout_accuracy: test problems evaluated."})
