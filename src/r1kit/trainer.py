@@ -63,6 +63,7 @@ from r1kit.curriculum import SAMPLING_STATE, CurriculumRules, PromptPicker, join
 from r1kit.errors import ConfigError
 from r1kit.machine import vllm_is_cpu_build
 from r1kit.rewards.text import completion_text
+from r1kit.trainpass import PassPlan, plan_for, score_chunk
 
 logger = logging.getLogger(__name__)
 
@@ -290,64 +291,6 @@ class StopOnNonFiniteGradients:
         return grad_norm
 
 
-# The keys of TRL's training micro-batch that trimming understands: the prompt's, and the completion-wide ones it cuts to
-# the same columns. Any other key (images, token types) leaves the micro-batch dense.
-TRIM_PROMPT_KEYS = ("prompt_ids", "prompt_mask")
-TRIM_COMPLETION_KEYS = ("completion_ids", "completion_mask", "old_per_token_logps", "ref_per_token_logps",
-                        "sampling_per_token_logps", "importance_sampling_ratio", "tool_mask")
-TRIM_KEPT_KEYS = ("advantages", "num_items_in_batch")
-# Model types whose forward, given no position ids, numbers the columns 0, 1, ... (what the dense path sees), so that
-# dropping leading padding columns stays exact when the dropped count is passed as the first position. Others keep their
-# leading padding (trailing padding is dropped for any causal model: no earlier token attends to it).
-ARANGE_POSITION_MODELS = ("llama", "mistral", "qwen2", "qwen3", "gpt2")
-
-
-def padding_columns(inputs: dict, trim_left: bool) -> tuple[int, int]:
-    """(leading prompt columns that are padding in every row, completion columns to keep) of a training micro-batch:
-    the columns TRL's dense loss pass computes but masks out for every row of it."""
-    start = 0
-    if trim_left:
-        real = inputs["prompt_mask"].any(dim=0).nonzero()
-        start = int(real[0]) if len(real) else 0
-    real = inputs["completion_mask"].any(dim=0).nonzero()
-    keep = int(real[-1]) + 1 if len(real) else 1  # one column keeps the shapes TRL's loss expects
-    return start, keep
-
-
-def trim_columns(inputs: dict, start: int, keep: int) -> dict:
-    """The micro-batch without its first `start` prompt columns and its completion columns from `keep` on."""
-    width = inputs["completion_ids"].size(1)
-    trimmed = dict(inputs)
-    for key in TRIM_PROMPT_KEYS:
-        trimmed[key] = inputs[key][:, start:]
-    for key in TRIM_COMPLETION_KEYS:
-        value = inputs.get(key)
-        if isinstance(value, torch.Tensor) and value.dim() == 2 and value.size(1) == width:
-            trimmed[key] = value[:, :keep]  # (a sequence-level importance ratio, one column, stays whole)
-    return trimmed
-
-
-@contextlib.contextmanager
-def positions_from(model: torch.nn.Module, first: int, length: int):
-    """While it is open, `model`'s forward numbers its columns from `first` (what they were before `first` leading
-    columns were dropped), unless the caller passes position ids itself."""
-    if first == 0:
-        yield
-        return
-    device = next(model.parameters()).device
-    positions = torch.arange(first, first + length, device=device).unsqueeze(0)
-
-    def add_positions(module, args, kwargs):
-        kwargs.setdefault("position_ids", positions)
-        return args, kwargs
-
-    handle = model.register_forward_pre_hook(add_positions, with_kwargs=True)
-    try:
-        yield
-    finally:
-        handle.remove()
-
-
 class R1SFTTrainer(StopOnNonFiniteGradients, SFTTrainer):
     """TRL's `SFTTrainer`, stopped before a non-finite update (`StopOnNonFiniteGradients`)."""
 
@@ -499,36 +442,53 @@ class R1Trainer(StopOnNonFiniteGradients, GRPOTrainer):
                            "starts empty.", checkpoint, SAMPLING_STATE)
 
     # --- the training pass ---------------------------------------------------------------------------------------
-    def _compute_loss(self, model, inputs):
-        """TRL's loss, with `trim_padding`: on the micro-batch without the padding columns every row of it masks
-        (`padding_columns`), which gives the same per-token log-probabilities, loss and gradients on fewer columns."""
-        if not self.args.trim_padding or not self._can_trim(inputs):
-            return super()._compute_loss(model, inputs)
-        start, keep = padding_columns(inputs, trim_left=self._positions_are_columns(model))
-        if start == 0 and keep == inputs["completion_ids"].size(1):
-            return super()._compute_loss(model, inputs)
-        trimmed = trim_columns(inputs, start, keep)
-        length = trimmed["prompt_ids"].size(1) + keep
-        with positions_from(model, start, length):
-            return super()._compute_loss(model, trimmed)
+    def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None,
+                                           compute_entropy=False, compute_aux_loss=False, **multimodal):
+        """TRL's per-token log-probabilities (the loss pass, and the old and reference passes), computed by
+        `r1kit.trainpass` with `trim_padding` and `shared_prompt_pass`: the same values and gradients, each real
+        token computed once. Batches it cannot keep exact (images, token types, MoE auxiliary losses) go to TRL's
+        dense pass, said once."""
+        plan = self._pass_plan(model, compute_aux_loss, multimodal)
+        if plan is None:
+            return super()._get_per_token_logps_and_entropies(
+                model, input_ids, attention_mask, logits_to_keep, batch_size=batch_size,
+                compute_entropy=compute_entropy, compute_aux_loss=compute_aux_loss, **multimodal)
+        size = batch_size or input_ids.size(0)
+        logps, entropies = [], []
+        for start in range(0, input_ids.size(0), size):
+            chunk = slice(start, start + size)
+            lp, ent = score_chunk(model, plan, input_ids[chunk], attention_mask[chunk], logits_to_keep,
+                                  compute_entropy, self.accelerator.autocast)
+            logps.append(lp)
+            entropies.append(ent)
+        return torch.cat(logps), (torch.cat(entropies) if compute_entropy else None), None
 
-    def _can_trim(self, inputs: dict) -> bool:
-        unknown = sorted(set(inputs) - set(TRIM_PROMPT_KEYS + TRIM_COMPLETION_KEYS + TRIM_KEPT_KEYS))
-        if unknown:
-            self._say_once(f"trim_padding: off for micro-batches with {', '.join(unknown)} (it cannot keep them exact); "
-                           "they train on the dense padded batch")
-            return False
-        return True
+    def _pass_plan(self, model, compute_aux_loss: bool, multimodal: dict) -> PassPlan | None:
+        """How this call is scored, or None for TRL's dense pass."""
+        args = self.args
+        if not (args.trim_padding or args.shared_prompt_pass):
+            return None
+        extra = sorted(key for key, value in multimodal.items() if value is not None)
+        if extra or compute_aux_loss:
+            self._say_once(f"trim_padding and shared_prompt_pass: off for batches with "
+                           f"{', '.join(extra) or 'an MoE auxiliary loss'} (they cannot be kept exact there); "
+                           "those batches take TRL's dense pass")
+            return None
+        unwrapped = self.accelerator.unwrap_model(model)
+        if hasattr(unwrapped, "get_base_model"):  # PEFT
+            unwrapped = unwrapped.get_base_model()
+        plan, notes = plan_for(model, unwrapped, args.trim_padding, args.shared_prompt_pass)
+        for note in notes:
+            self._say_once(note)
+        return plan
 
-    def _positions_are_columns(self, model) -> bool:
-        """Whether leading padding can go too: the model numbers positions by column (`ARANGE_POSITION_MODELS`)."""
-        config = getattr(self.accelerator.unwrap_model(model), "config", None)
-        model_type = getattr(config, "model_type", None)
-        if model_type in ARANGE_POSITION_MODELS:
-            return True
-        self._say_once(f"trim_padding: model type {model_type!r} is not known to number positions by column, so only "
-                       "trailing completion padding is dropped (leading prompt padding stays)")
-        return False
+    def training_pass_summary(self) -> str:
+        """One line for the start-up block: what the training pass does for this model."""
+        plan, notes = plan_for(self.model, self.accelerator.unwrap_model(self.model), self.args.trim_padding,
+                               self.args.shared_prompt_pass)
+        parts = [("each prompt computed once" if plan.share else "prompts per completion (dense)"),
+                 ("no compute on padding (length buckets)" if plan.trim else "padded (dense)")]
+        return "; ".join(parts) + (f" [{'; '.join(notes)}]" if notes else "")
 
     def _say_once(self, message: str) -> None:
         if message not in self._trim_notes:
