@@ -39,7 +39,9 @@ from r1kit.errors import ConfigError
 from r1kit.machine import vllm_is_cpu_build
 from r1kit.modeling import get_model, get_peft_config, get_tokenizer
 from r1kit.rewards import get_reward_funcs
+from r1kit.second_opinion import SecondOpinion
 from r1kit.trainer import CompletionsRecorder, R1Trainer
+from r1kit.tripwires import IdenticalCompletions, Tripwires, parse_tripwires
 
 logger = logging.getLogger(__name__)
 
@@ -111,7 +113,11 @@ def build_trainer(script_args: GRPOScriptArguments, training_args: GRPOConfig, m
             )
         eval_dataset = dataset[script_args.dataset_test_split]
     listeners = [CompletionsRecorder(training_args.output_dir)] if training_args.log_completions_file and is_main else []
-    callbacks += listeners  # the recorder also rewinds completions.jsonl when training starts (resume)
+    listeners += reward_watch_listeners(script_args, training_args, is_main)
+    callbacks += listeners  # the recorders also rewind their files when training starts (resume)
+    wires = tripwire_callback(training_args, is_main)
+    if wires is not None:
+        callbacks.append(wires)  # after heldout_accuracy: a step's evaluation is measured the same step
     curriculum_index = (script_args.reward_funcs.index(training_args.curriculum_reward)
                         if training_args.curriculum_active else None)
     trainer = R1Trainer(  # TRL's GRPOTrainer, plus dynamic sampling and the curriculum when turned on
@@ -134,8 +140,41 @@ def build_trainer(script_args: GRPOScriptArguments, training_args: GRPOConfig, m
     heldout = next((c for c in callbacks if isinstance(c, HeldOutAccuracyCallback)), None)
     if heldout is not None:
         heldout.engine = trainer.colocated_engine  # greedy answers from the colocated vLLM engine, when there is one
+    if wires is not None:
+        wires.attach(trainer, script_args.reward_funcs, heldout, tuple(training_args.second_opinion_kinds or {}))
     return runs.Run(trainer, checkpoint, len(dataset[script_args.dataset_train_split]), script_args.dataset_name,
                     heldout, evaluators, model_name=model_args.model_name_or_path)
+
+
+def reward_watch_listeners(script_args: GRPOScriptArguments, training_args: GRPOConfig, is_main: bool) -> list:
+    """The reward listeners that watch the rewards during training: the second opinion (`second_opinion_samples`)
+    and the collapse measure the tripwires read. Main process only."""
+    if not is_main:
+        return []
+    listeners: list = [IdenticalCompletions()] if training_args.tripwires_enabled else []
+    kinds = training_args.second_opinion_kinds or {}
+    unknown = [name for name in kinds if name not in script_args.reward_funcs]
+    if unknown:
+        raise ConfigError(f"second_opinion_kinds names {unknown}, which reward_funcs does not; rewards: "
+                          f"{', '.join(script_args.reward_funcs)}")
+    if training_args.second_opinion_samples > 0:
+        opinion = SecondOpinion(
+            script_args.reward_funcs, training_args.output_dir, training_args.second_opinion_samples, kinds,
+            timeout=script_args.reward_timeout, gym_mode=script_args.reasoning_gym_answer,
+            code_language=script_args.code_language,
+            allow_unsandboxed=script_args.allow_unsandboxed_code_execution,
+            cosine_min_correct=script_args.cosine_min_value_correct, seed=training_args.seed)
+        if opinion.active:
+            listeners.append(opinion)
+    return listeners
+
+
+def tripwire_callback(training_args: GRPOConfig, is_main: bool) -> Tripwires | None:
+    """The tripwires of the recipe (`tripwires` over the defaults), or None with `tripwires_enabled: false`."""
+    if not training_args.tripwires_enabled:
+        return None
+    return Tripwires(parse_tripwires(training_args.tripwires), training_args.output_dir,
+                     training_args.tripwire_lr_factor, training_args.tripwire_max_rollbacks, is_main)
 
 
 def finish(run: runs.Run, metrics: dict) -> dict:

@@ -37,7 +37,7 @@ from typing import Any
 import yaml
 from transformers import TrainerCallback
 
-from r1kit import records
+from r1kit import records, tripwires
 from r1kit.callbacks import EvaluateBenchmarksCallback, HeldOutAccuracyCallback
 from r1kit.checkpoints import RUN_RECORD, completed_run, find_resume_checkpoint, read_run_record
 from r1kit.config.schema import RunFields
@@ -106,7 +106,7 @@ def train(run: Run) -> dict:
     trainer.add_callback(stopper)
     life.start_training()  # after the trainer's construction: its JIT checkpoint callback took SIGTERM there
     try:
-        metrics = trainer.train(resume_from_checkpoint=run.checkpoint).metrics
+        metrics = train_with_rollbacks(trainer, run.checkpoint)
     except TrainingDone:  # resumed from a checkpoint at the last step: the final model is written from it
         metrics = {"train_runtime": 0.0}
     except BaseException:
@@ -124,6 +124,24 @@ def train(run: Run) -> dict:
     save_metrics(run.trainer, "train", metrics)
     save_state(run.trainer)
     return metrics
+
+
+def train_with_rollbacks(trainer, checkpoint: str | None) -> dict:
+    """`trainer.train`, again from an earlier checkpoint each time a tripwire asks for a rollback (`r1kit.tripwires`:
+    the wire names the checkpoint and the learning rate factor, and bounds how often); returns the last training
+    call's metrics. Every process takes the main process's decision."""
+    while True:
+        metrics = trainer.train(resume_from_checkpoint=checkpoint).metrics
+        output_dir = trainer.args.output_dir
+        rollback = from_main(tripwires.take_rollback(output_dir) if trainer.accelerator.is_main_process else None,
+                             trainer.args.world_size)
+        if rollback is None:
+            return metrics
+        checkpoint = rollback["checkpoint"]
+        if trainer.accelerator.is_main_process:
+            logger.warning("Tripwire %s at step %s: training again from %s with the learning rate x%g.",
+                           rollback.get("wire"), rollback.get("step"), checkpoint, rollback.get("lr_factor"))
+        tripwires.prepare_rollback(trainer, rollback)
 
 
 def finish(run: Run, evaluate: bool = False) -> None:

@@ -36,6 +36,8 @@ from r1kit.rewards.gym import AnswerMode
 from r1kit.rewards.math import check_cosine_bounds
 from r1kit.rewards.verify import DEFAULT_TIMEOUT
 from r1kit.sandbox import ProviderName
+from r1kit.second_opinion import KINDS
+from r1kit.tripwires import parse_tripwires
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -644,6 +646,22 @@ class GRPOConfig(RunFields, trl.GRPOConfig):
             sum of its completions' gradients, as in the dense pass). Needs a model that numbers positions by column
             and takes a key/value cache; it stands down, said once, under gradient checkpointing, with dropout
             active, for MoE auxiliary losses and for multimodal batches.
+        second_opinion_samples (`int`, defaults to `4`): completions per reward and per training batch judged again
+            by an independent path (math: a small number grammar and exact fractions; code: a fresh jail, tests in
+            reverse order; reasoning_gym: the scorer in a process of its own), drawn on the main process, weighted
+            toward high rewards; logs `second_opinion/<reward>/disagreement` and writes disagreeing rows to
+            `OUTPUT_DIR/second_opinion.jsonl`. 0 turns it off. See `r1kit.second_opinion`.
+        second_opinion_kinds (`dict[str, str]` or `None`, defaults to `None`): rewards of `reward_funcs` without a
+            second opinion of their own (a `module:function`) checked as a kind: `math` (reads `solution`), `code`
+            (`verification_info`) or `reasoning_gym` (`reasoning_gym`).
+        tripwires (`dict` or `None`, defaults to `None`): per wire (`reward_vs_heldout`, `format_vs_accuracy`,
+            `length_blowup`, `length_collapse`, `collapse`, `disagreement`) any of `threshold` (`float`), `window`
+            (`int`, steps) and `action` (`warn`, `stop` or `rollback`), over the defaults of
+            `r1kit.tripwires.DEFAULT_WIRES` (every wire `warn`). `{}` or `None`: the defaults.
+        tripwires_enabled (`bool`, defaults to `True`): measure and log the tripwires at all.
+        tripwire_lr_factor (`float`, defaults to `0.5`): each `rollback` continues from its checkpoint with the
+            learning rate multiplied by this, in (0, 1].
+        tripwire_max_rollbacks (`int`, defaults to `2`): rollbacks allowed in a run; past them `rollback` stops.
     """
 
     dynamic_sampling: bool = field(
@@ -674,6 +692,20 @@ class GRPOConfig(RunFields, trl.GRPOConfig):
     shared_prompt_pass: bool = field(
         default=True, metadata={"help": "Compute each distinct prompt of a micro-batch once in the loss pass (exact)."}
     )
+    second_opinion_samples: int = field(
+        default=4, metadata={"help": "Completions per reward and batch judged again by an independent path (0: off)."}
+    )
+    second_opinion_kinds: dict[str, str] | None = field(
+        default=None, metadata={"help": "Rewards checked as a kind: {'my.mod:fn': math | code | reasoning_gym}."}
+    )
+    tripwires: dict[str, Any] | None = field(
+        default=None, metadata={"help": "Per wire {threshold, window, action: warn | stop | rollback}, over the defaults."}
+    )
+    tripwires_enabled: bool = field(default=True, metadata={"help": "Measure, log and act on the tripwires."})
+    tripwire_lr_factor: float = field(
+        default=0.5, metadata={"help": "Learning rate multiplier after each tripwire rollback, in (0, 1]."}
+    )
+    tripwire_max_rollbacks: int = field(default=2, metadata={"help": "Tripwire rollbacks allowed in a run."})
     heldout_eval_steps: int = field(default=0, metadata={"help": "heldout_accuracy: evaluate every N steps (0: start/end)."})
     heldout_size: int = field(default=200, metadata={"help": "heldout_accuracy: test problems evaluated."})
     log_completions_file: bool = field(default=True, metadata={"help": "Write OUTPUT_DIR/completions.jsonl."})
@@ -715,6 +747,21 @@ class GRPOConfig(RunFields, trl.GRPOConfig):
         limit = self.unjudged_share_limit
         if limit is not None and not (isinstance(limit, (int, float)) and 0.0 < limit <= 1.0):
             raise ConfigError(f"unjudged_share_limit must be in (0, 1] or null (never stop), got {limit!r}")
+        self.check_reward_watch()
+
+    def check_reward_watch(self) -> None:
+        """The second opinion's and the tripwires' fields (given as JSON/YAML text on the command line, too)."""
+        check_range(self, [("second_opinion_samples", ">=", 0), ("tripwire_max_rollbacks", ">=", 0),
+                           ("tripwire_lr_factor", ">", 0), ("tripwire_lr_factor", "<=", 1)])
+        for name in ("second_opinion_kinds", "tripwires"):
+            if isinstance(getattr(self, name), str):
+                setattr(self, name, yaml.safe_load(getattr(self, name)))
+        kinds = self.second_opinion_kinds or {}
+        if not isinstance(kinds, dict):
+            raise ConfigError(f"second_opinion_kinds must be a mapping of reward: kind, got {kinds!r}")
+        for reward, kind in kinds.items():
+            check_choice(f"second_opinion_kinds.{reward}", kind, KINDS)
+        parse_tripwires(self.tripwires)
 
     def check_curriculum_window(self) -> None:
         """`curriculum_pass_rate_window` is `[low, high]` with 0 <= low <= high <= 1 (also given as "low,high")."""
