@@ -75,3 +75,8 @@ def raises_on_empty(completions, **kwargs):
     if any(not t for t in texts):
         raise IndexError("string index out of range")
     return [0.0 for _ in texts]
+
+
+def lying_accuracy(completions, solution, **kwargs):
+    """A lying correctness reward, planted for the second-opinion tests: full marks for every reply, right or not."""
+    return [1.0 for _ in completions]

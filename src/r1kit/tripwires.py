@@ -183,7 +183,7 @@ def identical_share(prompts: list, completions: list) -> float | None:
     return max(len(p) for p in prompts_of.values()) / distinct
 
 
-class IdenticalCompletions:
+class IdenticalCompletions(TrainerCallback):
     """A reward listener of `R1Trainer`: logs `completions/identical_across_prompts` for each training batch (this
     process's rows), the measure the `collapse` wire reads."""
 

@@ -1,0 +1,115 @@
+"""The second opinion: sampled completions judged again by an independent path (r1kit.second_opinion), unit by unit
+and in a training run of the tiny model."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import time
+from collections import defaultdict
+from fractions import Fraction
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from r1kit.second_opinion import SecondOpinion, math_verdict, pick_rows, read_number
+from tests.helpers import tiny_recipe
+from tests.test_grpo import run_recipe
+
+
+def fake_trainer(step: int = 0):
+    return SimpleNamespace(model=SimpleNamespace(training=True), accelerator=SimpleNamespace(is_main_process=True,
+                           process_index=0), state=SimpleNamespace(global_step=step),
+                           _metrics={"train": defaultdict(list)})
+
+
+def test_the_number_grammar_reads_exact_numbers_and_nothing_else():
+    assert read_number("42") == 42 and read_number("-1,234") == -1234 and read_number("$0.50$") == Fraction(1, 2)
+    assert read_number("\\frac{6}{8}") == Fraction(3, 4) and read_number("3/4") == Fraction(3, 4)
+    assert read_number("x = 7") == 7 and read_number("\\boxed") is None
+    for other in ("2^3", "\\sqrt{2}", "1 2", "12abc", "1/0", "", "１２"):  # outside the grammar: unchecked, not wrong
+        assert read_number(other) is None, other
+
+
+def test_math_verdicts_read_the_last_boxed_then_the_last_answer_block():
+    assert math_verdict("<think>7+8</think><answer>15</answer>", "15") is True
+    assert math_verdict("<think>15</think><answer>16</answer>", "$15$") is False  # the gold in the reasoning: wrong
+    assert math_verdict("so \\boxed{\\frac{1}{2}}", "0.5") is True
+    assert math_verdict("no answer at all, 15", "15") is False
+    assert math_verdict("<answer>15</answer>", "\\sqrt{2}") is None  # a gold outside the grammar: unchecked
+    assert math_verdict("<answer>3 + 12</answer>", "15") is None  # an answer it cannot read: unchecked
+
+
+def test_hostile_answers_are_judged_in_bounded_time():
+    hostile = ["\\boxed{" * 50_000, "<answer>" + "9" * 1_000_000 + "</answer>", "\\boxed{" + "{" * 100_000 + "}",
+               "<answer>" * 100_000 + "</answer>" * 100_000, "1" * 2_000_000, "\\frac{1}{" + "0" * 500 + "}"]
+    start = time.monotonic()
+    verdicts = [math_verdict(text, "15") for text in hostile]
+    assert time.monotonic() - start < 5.0
+    assert all(v is not True for v in verdicts)
+
+
+def test_the_sample_favours_high_rewards_and_never_takes_unscored_rows():
+    scores = [0.0] * 30 + [1.0] * 10 + [float("nan")] * 10
+    counts = defaultdict(int)
+    rng = random.Random(0)
+    for _ in range(300):
+        picked = pick_rows(scores, 4, rng)
+        assert len(set(picked)) == 4 and all(not math.isnan(scores[i]) for i in picked)
+        for i in picked:
+            counts[scores[i]] += 1
+    assert counts[1.0] / 10 > 2 * counts[0.0] / 30  # a high-reward row is drawn at least twice as often
+
+
+def rewards_tensor(*columns):
+    return torch.tensor(list(zip(*columns)), dtype=torch.float32)
+
+
+def test_a_lying_reward_disagrees_and_is_written_down_an_honest_one_does_not(tmp_path):
+    opinion = SecondOpinion(["accuracy", "my:liar"], str(tmp_path), samples=8, kinds={"my:liar": "math"})
+    completions = ["<answer>15</answer>", "<answer>16</answer>"] * 4
+    inputs = [{"solution": "15"}] * 8
+    honest = [1.0, 0.0] * 4
+    lies = [1.0] * 8
+    trainer = fake_trainer(step=4)
+    opinion(trainer, ["7+8="] * 8, completions, rewards_tensor(honest, lies), inputs)
+    metrics = trainer._metrics["train"]
+    assert metrics["second_opinion/accuracy/disagreement"] == [0.0]
+    assert metrics["second_opinion/my:liar/disagreement"] == [0.5]
+    rows = [json.loads(line) for line in (tmp_path / "second_opinion.jsonl").read_text().splitlines()]
+    assert len(rows) == 4 and {r["reward"] for r in rows} == {"my:liar"}
+    assert rows[0] == {"step": 5, "reward": "my:liar", "prompt": "7+8=", "completion": "<answer>16</answer>",
+                       "gold": "15", "main_score": 1.0, "main_correct": True, "second_correct": False}
+
+
+def test_rows_the_second_path_cannot_judge_are_unchecked_and_a_failure_never_raises(tmp_path):
+    opinion = SecondOpinion(["accuracy"], str(tmp_path), samples=4)
+    trainer = fake_trainer()
+    opinion(trainer, ["q"] * 4, ["<answer>1</answer>"] * 4, rewards_tensor([1.0] * 4),
+            [{"solution": "\\sqrt{2}"}, {"solution": None}, {}, {"solution": ["not", "text"]}])
+    assert trainer._metrics["train"]["second_opinion/accuracy/checked"] == [0.0]
+    assert "second_opinion/accuracy/disagreement" not in trainer._metrics["train"]
+    opinion(trainer, ["q"], ["a"], "not a tensor", None)  # broken inputs: logged once, training goes on
+    assert not (tmp_path / "second_opinion.jsonl").exists()
+
+
+def test_format_and_user_rewards_get_no_second_opinion_unless_declared(tmp_path):
+    assert not SecondOpinion(["format", "my:fn"], str(tmp_path), samples=4).active
+    assert SecondOpinion(["format", "my:fn"], str(tmp_path), samples=4, kinds={"my:fn": "math"}).active
+    assert not SecondOpinion(["accuracy"], str(tmp_path), samples=0).active
+
+
+@pytest.mark.slow
+def test_training_logs_the_disagreement_of_a_lying_reward_and_none_for_accuracy(tmp_path, tiny_model_dir, math_jsonl):
+    out = tmp_path / "out"
+    liar = "tests.rewards_for_tests:lying_accuracy"
+    run_recipe(tmp_path, tiny_recipe(tiny_model_dir, math_jsonl, out, max_steps=2, save_steps=10,
+                                     reward_funcs=["accuracy", liar], second_opinion_kinds={liar: "math"}))
+    history = json.loads((out / "trainer_state.json").read_text())["log_history"]
+    steps = [e for e in history if "loss" in e]
+    assert [e["second_opinion/accuracy/disagreement"] for e in steps] == [0.0, 0.0]
+    assert [e[f"second_opinion/{liar}/disagreement"] for e in steps] == [1.0, 1.0]  # the tiny model is never right
+    rows = [json.loads(line) for line in (out / "second_opinion.jsonl").read_text().splitlines()]
+    assert len(rows) == 8 and {r["reward"] for r in rows} == {liar} and {r["step"] for r in rows} == {1, 2}
