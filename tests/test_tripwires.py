@@ -107,3 +107,31 @@ def test_rollback_trains_again_from_the_earlier_checkpoint_with_the_learning_rat
     assert state["global_step"] == 4 and sorted(lr) == [1, 2, 3, 4]
     assert lr[1] == lr[2] == pytest.approx(1e-3) and lr[3] == lr[4] == pytest.approx(5e-4)
     assert [(r["step"], r["action"]) for r in firings(out)] == [(3, "rollback")]
+
+
+def test_the_report_draws_a_tripwire_panel_with_the_firing_points_marked(tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from r1kit.report import draw_tripwires, report, tripwire_keys
+
+    log = [{"step": s, "reward": 0.1 * s, "loss": 0.0, "tripwire/collapse": 0.2 if s < 4 else 0.8,
+            "tripwire/collapse/fired": float(s >= 4), "tripwire/length_blowup": 1.0,
+            "tripwire/length_blowup/fired": 0.0} for s in range(1, 7)]
+    (tmp_path / "trainer_state.json").write_text(json.dumps({"log_history": log}))
+    (tmp_path / "tripwires.jsonl").write_text(json.dumps({"step": 4, "wire": "collapse", "value": 0.8,
+                                                          "threshold": 0.5, "window": 3, "action": "warn"}) + "\n")
+    (tmp_path / "tripwire_rollbacks.json").write_text(json.dumps({"pending": None, "done": [
+        {"checkpoint": "checkpoint-2", "step": 5, "wire": "collapse", "value": 0.8, "lr_factor": 0.5}]}))
+    path, _ = report(tmp_path)
+    assert path.is_file() and path.stat().st_size > 10_000
+    fig, (left, right) = plt.subplots(1, 2)
+    draw_tripwires(left, right, log, tripwire_keys(log), firings(tmp_path))
+    crosses = [c for c in right.collections if c.get_offsets().shape[0] == 3]  # steps 4, 5, 6 fired
+    assert crosses and [tuple(p) for p in crosses[0].get_offsets()] == [(4, 0.8), (5, 0.8), (6, 0.8)]
+    assert {x for line in right.lines for x in line.get_xdata() if line.get_color() == "red"} == {4, 5}
+    assert any(c.get_offsets().shape[0] == 1 and c.get_offsets()[0][0] == 5 for c in right.collections)  # rollback
+    assert not left.collections  # the length ratio never fired
+    plt.close(fig)

@@ -1,8 +1,9 @@
 """`r1kit report OUTPUT_DIR`: the curves of a run, drawn to a PNG, and a compact table on the terminal.
 
-Reads `trainer_state.json` (TRL's logged metrics), `heldout_accuracy.jsonl` (the `heldout_accuracy` callback) and
-`eval/checkpoint-*/<benchmark>.json` (the `evaluate_benchmarks` callback), so it works on a finished run or on one in
-progress (it then reads the newest checkpoint's state).
+Reads `trainer_state.json` (TRL's logged metrics), `heldout_accuracy.jsonl` (the `heldout_accuracy` callback),
+`eval/checkpoint-*/<benchmark>.json` (the `evaluate_benchmarks` callback) and the tripwires' firings
+(`tripwires.jsonl`, `tripwire_rollbacks.json`: a panel of the wires, firing points marked), so it works on a finished
+run or on one in progress (it then reads the newest checkpoint's state).
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ import math
 import sys
 from pathlib import Path
 
-from r1kit import records
+from r1kit import records, tripwires
 from r1kit.console import add_pass_through_command
+from r1kit.tripwires import DEFAULT_WIRES
 
 
 def load_history(output_dir: Path) -> list[dict]:
@@ -66,7 +68,8 @@ def draw(output_dir: Path, history: list[dict], heldout: list[dict], benchmarks:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(3, 2, figsize=(11, 11))
+    wires = tripwire_keys(history)
+    fig, axes = plt.subplots(4 if wires else 3, 2, figsize=(11, 14.5 if wires else 11))
     ax = axes[0][0]
     ax.plot(*series(history, "reward"), color="black", linewidth=2, label="total reward")
     for key in reward_keys(history):
@@ -102,6 +105,8 @@ def draw(output_dir: Path, history: list[dict], heldout: list[dict], benchmarks:
     ax = axes[2][1]
     ax.plot(*series(history, "learning_rate"), color="tab:gray")
     ax.set_title("Learning rate")
+    if wires:
+        draw_tripwires(axes[3][0], axes[3][1], history, wires, tripwires.firings(output_dir))
     for ax in axes.flat:
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
@@ -111,6 +116,40 @@ def draw(output_dir: Path, history: list[dict], heldout: list[dict], benchmarks:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def tripwire_keys(history: list[dict]) -> list[str]:
+    """The tripwire values the run logged (`tripwire/<name>`, not their fired flags)."""
+    return sorted({k for e in history for k in e if k.startswith("tripwire/") and not k.endswith("/fired")})
+
+
+def draw_tripwires(ratios, shares, history: list[dict], keys: list[str], fired: list[dict]) -> None:
+    """The tripwire panel: each wire's value over the steps, length ratios on the left and the others (shares and
+    differences) on the right, its threshold dashed, and a red mark at each step it fired (a triangle where it
+    rolled back)."""
+    thresholds = {row["wire"]: row["threshold"] for row in fired if isinstance(row.get("threshold"), (int, float))}
+    for key in keys:
+        name = key.split("/", 1)[1]
+        ax = ratios if name.startswith("length_") else shares
+        steps, values = series(history, key)
+        (line,) = ax.plot(steps, values, linewidth=1.2, label=name)
+        threshold = thresholds.get(name, DEFAULT_WIRES[name].threshold if name in DEFAULT_WIRES else None)
+        if threshold is not None:
+            ax.axhline(threshold, color=line.get_color(), linestyle="--", linewidth=0.8, alpha=0.7)
+        flagged = {s for s, v in zip(*series(history, f"{key}/fired")) if v > 0}
+        points = [(s, v) for s, v in zip(steps, values) if s in flagged]
+        if points:
+            ax.scatter(*zip(*points), color="red", marker="x", s=30, zorder=3)
+    for row in fired:
+        ax = ratios if str(row.get("wire", "")).startswith("length_") else shares
+        ax.axvline(row["step"], color="red", linewidth=0.8, alpha=0.5)
+        if row.get("action") == "rollback":
+            ax.scatter([row["step"]], [ax.get_ylim()[1]], color="red", marker="v", s=60, zorder=4)
+    ratios.set_title("Tripwires: completion length ratios (threshold dashed, firing in red)")
+    shares.set_title("Tripwires: divergence, collapse, disagreement (threshold dashed, firing in red)")
+    for ax in (ratios, shares):
+        if ax.lines:
+            ax.legend(fontsize=7)
 
 
 def table(history: list[dict], heldout: list[dict], rows: int = 10) -> str:
