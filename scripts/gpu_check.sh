@@ -41,3 +41,5 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --tar
 export PYTHONPATH="/tmp/r1kit-site:$PWD/src${PYTHONPATH:+:$PYTHONPATH}" HF_HUB_OFFLINE=1 R1KIT_CACHE=/tmp/r1kit-cache
 python3 -c "import datasets, trl, math_verify, transformers, accelerate; print('trl', trl.__version__, '| datasets', datasets.__version__, '| transformers', transformers.__version__, '| accelerate', accelerate.__version__)"
 PYTHONUNBUFFERED=1 python3 scripts/gpu_check.py --steps "${STEPS:-8}" --out /tmp/r1kit-gpu-check
+# The exact training pass (issue 26): dense vs trim_padding vs trim + shared prompt, on the synthetic long-completion batch
+PYTHONUNBUFFERED=1 python3 benchmarks/training_pass.py --skip-smollm2 --repeats 5
