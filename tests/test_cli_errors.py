@@ -297,10 +297,12 @@ def test_start_is_quiet_and_says_what_matters(tmp_path, tiny_model_dir, math_jso
     out, err = capsys.readouterr()
     for bar in ("Map", "Generating train split", "Loading weights", "Writing model shards"):
         assert bar not in out + err, bar
-    block = out[out.index("r1kit grpo") :].splitlines()[:7]
+    block = out[out.index("r1kit grpo") :].splitlines()[:8]
     assert block[1].startswith("  model    " + str(tiny_model_dir)) and "parameters" in block[1]
     assert block[2].startswith(f"  data     {math_jsonl}: train 32 rows")
     assert block[3] == "  rewards  accuracy x1, tests.rewards_for_tests:length_variety x0.5"
     assert block[4].startswith("  steps    1, each 2 prompts x 4 completions")
-    assert block[5] == f"  output   {tmp_path / 'out'}"
-    assert block[6] == "  resume   starts at step 0"
+    assert block[5].startswith("  pass     each completion recomputes its prompt; no compute on padding")
+    assert "gradient checkpointing" in block[5]  # TRL's default, on here
+    assert block[6] == f"  output   {tmp_path / 'out'}"
+    assert block[7] == "  resume   starts at step 0"

@@ -198,7 +198,7 @@ def test_old_and_reference_passes_in_chunks_equal_the_dense_pass(tmp_path):
 def test_gradient_checkpointing_keeps_the_buckets_and_says_why_the_prompt_is_not_shared(tmp_path, caplog):
     trainer = build_trainer(tmp_path, "llama", gradient_checkpointing=True)
     trainer.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})  # as train() does
-    with caplog.at_level(logging.WARNING, logger="r1kit.trainer"):
+    with caplog.at_level(logging.INFO, logger="r1kit.trainer"):
         tokens = assert_exact(trainer, micro_batch(len(trainer.processing_class)), modes=[(True, True), (True, True)])
     assert tokens[(True, True)] < tokens[(False, False)]  # the buckets still cut padding
     notes = [r.getMessage() for r in caplog.records if "shared_prompt_pass: off" in r.getMessage()]
@@ -208,7 +208,7 @@ def test_gradient_checkpointing_keeps_the_buckets_and_says_why_the_prompt_is_not
 @pytest.mark.slow
 def test_active_dropout_does_not_share_the_prompt_and_says_so(tmp_path, caplog):
     trainer = build_trainer(tmp_path, "gpt2", dropout=0.1)
-    with caplog.at_level(logging.WARNING, logger="r1kit.trainer"):
+    with caplog.at_level(logging.INFO, logger="r1kit.trainer"):
         loss_pass(trainer, micro_batch(len(trainer.processing_class)), True, True)
     assert any("shared_prompt_pass: off" in r.getMessage() and "dropout" in r.getMessage() for r in caplog.records)
 
@@ -218,7 +218,7 @@ def test_unknown_model_type_keeps_leading_padding_and_its_prompts_and_says_so_on
     trainer = build_trainer(tmp_path, "llama")
     trainer.model.config.model_type = "some_new_model"  # not known to number positions by column
     batch = micro_batch(len(trainer.processing_class))
-    with caplog.at_level(logging.WARNING, logger="r1kit.trainer"):
+    with caplog.at_level(logging.INFO, logger="r1kit.trainer"):
         for _ in range(2):
             assert_exact(trainer, batch, modes=[(True, True)])
     notes = [r.getMessage() for r in caplog.records if "some_new_model" in r.getMessage()]
@@ -324,3 +324,13 @@ def test_two_ranks_under_ddp_get_the_dense_gradients(tmp_path):
     mp.spawn(ddp_worker, args=(str(tmp_path / "llama"), port, results), nprocs=2, join=True)
     assert sorted(results.keys()) == [0, 1]
     assert max(results.values()) < 1e-5
+
+
+@pytest.mark.slow
+def test_the_start_up_line_says_what_the_pass_does_for_the_run(tmp_path):
+    shared = build_trainer(tmp_path / "a", "llama").training_pass_summary()
+    assert shared.startswith("each distinct prompt computed once") and "length buckets" in shared
+    checkpointed = build_trainer(tmp_path / "b", "llama", gradient_checkpointing=True).training_pass_summary()
+    assert "recomputes its prompt" in checkpointed and "gradient checkpointing" in checkpointed
+    dropout = build_trainer(tmp_path / "c", "gpt2", dropout=0.1).training_pass_summary()
+    assert "recomputes its prompt" in dropout and "disable_dropout" in dropout

@@ -222,6 +222,7 @@ def startup_summary(script_args, training_args, model_args, trainer, dataset, ch
         f"  output   {args.output_dir}",
         f"  resume   {resume}",
     ]
+    lines.insert(-2, f"  pass     {trainer.training_pass_summary()}")
     sampling = sampling_line(args)
     if sampling:
         lines.insert(-2, sampling)

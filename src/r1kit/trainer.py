@@ -477,24 +477,28 @@ class R1Trainer(StopOnNonFiniteGradients, GRPOTrainer):
         unwrapped = self.accelerator.unwrap_model(model)
         if hasattr(unwrapped, "get_base_model"):  # PEFT
             unwrapped = unwrapped.get_base_model()
-        plan, notes = plan_for(model, unwrapped, args.trim_padding, args.shared_prompt_pass)
-        for note in notes:
-            self._say_once(note)
+        plan, notes = plan_for(unwrapped, args.trim_padding, args.shared_prompt_pass)
+        for note in notes:  # the start-up block says these already (`training_pass_summary`)
+            self._say_once(note, logging.INFO)
         return plan
 
     def training_pass_summary(self) -> str:
         """One line for the start-up block: what the training pass does for this model."""
-        plan, notes = plan_for(self.model, self.accelerator.unwrap_model(self.model), self.args.trim_padding,
-                               self.args.shared_prompt_pass)
-        parts = [("each prompt computed once" if plan.share else "prompts per completion (dense)"),
-                 ("no compute on padding (length buckets)" if plan.trim else "padded (dense)")]
-        return "; ".join(parts) + (f" [{'; '.join(notes)}]" if notes else "")
+        unwrapped = self.accelerator.unwrap_model(self.model)
+        if hasattr(unwrapped, "get_base_model"):  # PEFT
+            unwrapped = unwrapped.get_base_model()
+        plan, notes = plan_for(unwrapped, self.args.trim_padding, self.args.shared_prompt_pass, training=True,
+                               gradient_checkpointing=self.args.gradient_checkpointing)
+        parts = [("each distinct prompt computed once per micro-batch" if plan.share
+                  else "each completion recomputes its prompt"),
+                 ("no compute on padding (length buckets)" if plan.trim else "padded to the longest completion")]
+        return "; ".join(parts) + (f" ({'; '.join(notes)})" if notes else "") + ", exact"
 
-    def _say_once(self, message: str) -> None:
+    def _say_once(self, message: str, level: int = logging.WARNING) -> None:
         if message not in self._trim_notes:
             self._trim_notes.add(message)
             if self.accelerator.is_main_process:
-                logger.warning(message)
+                logger.log(level, message)
 
     # --- dynamic sampling -----------------------------------------------------------------------------------------
     def _generate_until_full(self, groups: list[dict], replaced: int) -> dict:

@@ -84,10 +84,10 @@ def distinct_rows(ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, 
     return first, inverse
 
 
-def has_active_dropout(model: torch.nn.Module) -> bool:
-    """Whether a forward of `model` in its current mode draws dropout masks (then two passes differ anyway, and a
-    shared prompt would share one mask among its completions, which the dense pass never does)."""
-    if not model.training:
+def has_active_dropout(model: torch.nn.Module, training: bool) -> bool:
+    """Whether a forward of `model` (in training mode when `training`) draws dropout masks: then two passes differ
+    anyway, and a shared prompt would share one mask among its completions, which the dense pass never does."""
+    if not training:
         return False
     if any(isinstance(m, torch.nn.Dropout) and m.p > 0 for m in model.modules()):
         return True
@@ -106,15 +106,20 @@ class PassPlan:
     cache_keyword: str = "past_key_values"
 
 
-def plan_for(model: torch.nn.Module, unwrapped: torch.nn.Module, trim: bool, share: bool) -> tuple[PassPlan, list[str]]:
-    """The plan for `model` (as called: DDP or PEFT wrapped) whose bare transformers model is `unwrapped`, and the
-    reasons a requested part stands down."""
+def plan_for(unwrapped: torch.nn.Module, trim: bool, share: bool, training: bool | None = None,
+             gradient_checkpointing: bool | None = None) -> tuple[PassPlan, list[str]]:
+    """The plan for the bare transformers model `unwrapped` (PEFT and DDP taken off), and the reasons a requested part
+    stands down. `training` and `gradient_checkpointing` default to the model's current state (the start-up block
+    passes what training will have)."""
     notes: list[str] = []
     config = getattr(unwrapped, "config", None)
     model_type = getattr(config, "model_type", None)
     by_column = model_type in POSITIONS_BY_COLUMN
     if share:
-        why = shared_prompt_refusal(unwrapped, model_type, by_column)
+        training = unwrapped.training if training is None else training
+        if gradient_checkpointing is None:
+            gradient_checkpointing = bool(getattr(unwrapped, "is_gradient_checkpointing", False))
+        why = shared_prompt_refusal(unwrapped, model_type, by_column, training, gradient_checkpointing)
         if why:
             notes.append(f"shared_prompt_pass: off for this model ({why}); each completion recomputes its prompt")
             share = False
@@ -125,14 +130,15 @@ def plan_for(model: torch.nn.Module, unwrapped: torch.nn.Module, trim: bool, sha
     return PassPlan(trim=trim, share=share, by_column=by_column, cache_keyword=keyword), notes
 
 
-def shared_prompt_refusal(model: torch.nn.Module, model_type: str | None, by_column: bool) -> str | None:
-    """Why a shared prompt would not be exact for `model` now, or None."""
+def shared_prompt_refusal(model: torch.nn.Module, model_type: str | None, by_column: bool, training: bool,
+                          gradient_checkpointing: bool) -> str | None:
+    """Why a shared prompt would not be exact for `model`, or None."""
     config = getattr(model, "config", None)
     if not by_column:
         return f"model type {model_type!r} is not known to number positions by column"
-    if getattr(model, "is_gradient_checkpointing", False):
+    if gradient_checkpointing and training:
         return "gradient checkpointing drops the key/value cache in training"
-    if has_active_dropout(model):
+    if has_active_dropout(model, training):
         return "dropout is active (set disable_dropout: true)"
     layer_types = getattr(config, "layer_types", None) or []
     if any(kind != "full_attention" for kind in layer_types) or (
