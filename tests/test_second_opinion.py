@@ -113,3 +113,35 @@ def test_training_logs_the_disagreement_of_a_lying_reward_and_none_for_accuracy(
     assert [e[f"second_opinion/{liar}/disagreement"] for e in steps] == [1.0, 1.0]  # the tiny model is never right
     rows = [json.loads(line) for line in (out / "second_opinion.jsonl").read_text().splitlines()]
     assert len(rows) == 8 and {r["reward"] for r in rows} == {liar} and {r["step"] for r in rows} == {1, 2}
+
+
+# --- code and reasoning-gym: the independent paths run for real ----------------------------------------------------
+ECHO_RIGHT = "```python\nprint(input())\n```"
+ECHO_SEVEN_WRONG = "```python\nx = input()\nprint('wrong' if x == '7' else x)\n```"
+EARLY_EXIT = "```python\nimport sys\nsys.exit(0)\n```"
+
+
+@pytest.mark.slow
+def test_code_is_judged_again_in_a_fresh_jail_with_the_tests_reversed():
+    from r1kit.sandbox.jail import probe
+
+    if probe() is not None:
+        pytest.skip(f"no jail here: {probe()}")
+    from r1kit.second_opinion import code_verdicts
+
+    info = {"test_cases": [{"input": str(i), "output": str(i)} for i in (1, 7, 3)]}
+    texts = [ECHO_RIGHT, ECHO_SEVEN_WRONG, EARLY_EXIT, "no code at all", ECHO_RIGHT]
+    rows = [info, info, info, info, {"test_cases": "not a list"}]  # the last row cannot be judged
+    assert code_verdicts(texts, rows, "python", allow_unsandboxed=False) == [True, False, False, False, None]
+
+
+@pytest.mark.slow
+def test_reasoning_gym_is_judged_again_by_the_generators_scorer():
+    pytest.importorskip("reasoning_gym")
+    from r1kit.sandbox.jail import probe
+    from r1kit.second_opinion import gym_verdicts
+
+    record = {"generator": "chain_sum", "options": {}, "entry": {"question": "1 + 2 =", "answer": "3", "metadata": {}}}
+    verdicts = gym_verdicts(["The answer is 3.", "The answer is 4.", "3"], [record, record, "{not json"], timeout=5.0,
+                            mode="last_number", allow_unsandboxed=probe() is not None)
+    assert verdicts == [True, False, None]

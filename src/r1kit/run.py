@@ -130,6 +130,7 @@ def train_with_rollbacks(trainer, checkpoint: str | None) -> dict:
     """`trainer.train`, again from an earlier checkpoint each time a tripwire asks for a rollback (`r1kit.tripwires`:
     the wire names the checkpoint and the learning rate factor, and bounds how often); returns the last training
     call's metrics. Every process takes the main process's decision."""
+    rollbacks = 0
     while True:
         metrics = trainer.train(resume_from_checkpoint=checkpoint).metrics
         output_dir = trainer.args.output_dir
@@ -141,7 +142,8 @@ def train_with_rollbacks(trainer, checkpoint: str | None) -> dict:
         if trainer.accelerator.is_main_process:
             logger.warning("Tripwire %s at step %s: training again from %s with the learning rate x%g.",
                            rollback.get("wire"), rollback.get("step"), checkpoint, rollback.get("lr_factor"))
-        tripwires.prepare_rollback(trainer, rollback)
+        rollbacks += 1
+        tripwires.prepare_rollback(trainer, rollback, rollbacks)
 
 
 def finish(run: Run, evaluate: bool = False) -> None:

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from transformers import TrainerCallback
+from transformers import TrainerCallback, set_seed
 
 from r1kit import records
 from r1kit.errors import ConfigError
@@ -285,6 +285,7 @@ class Tripwires(TrainerCallback):
         self.history: list[dict] = []
         self.firing: set[str] = set()  # wires above threshold at the last step (a warning on the rising edge only)
         self.lr_cut: float | None = None  # set by `prepare_rollback`, applied when training starts again
+        self.reseed: int | None = None  # set by `prepare_rollback`: the rollback's number, for a new sampling seed
 
     def attach(self, trainer, reward_names: list[str], heldout=None, correctness: tuple[str, ...] = ()) -> None:
         """The trainer (its pending metrics), the recipe's reward names (which are format and correctness rewards:
@@ -305,6 +306,13 @@ class Tripwires(TrainerCallback):
             ledger = read_ledger(self.output_dir)
             ledger["pending"] = None
             records.write_json(Path(self.output_dir) / LEDGER, ledger)
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        # After a rollback the checkpoint's random state is restored (by now), so the same prompts would draw the
+        # same completions and replay the hack step for step: the sampling seed moves on, by the rollback's number.
+        if self.reseed is not None:
+            set_seed(args.seed + 7919 * self.reseed)
+            self.reseed = None
 
     def on_step_end(self, args, state, control, **kwargs):
         decision = self.check(state.global_step) if self.is_main and self.trainer is not None else None
@@ -379,13 +387,15 @@ def cut_learning_rate(optimizer, lr_scheduler, factor: float) -> None:
             lr_scheduler._last_lr = [lr * factor for lr in lr_scheduler._last_lr]
 
 
-def prepare_rollback(trainer, rollback: dict) -> None:
+def prepare_rollback(trainer, rollback: dict, number: int = 1) -> None:
     """Before training again from `rollback["checkpoint"]`: a fresh optimizer and schedule (the trainer builds them,
-    then loads the checkpoint's), cut by the rollback's factor when training starts."""
+    then loads the checkpoint's), cut by the rollback's factor when training starts, and a sampling seed of its own
+    (`number`: this run's rollback count) from the first step on."""
     trainer.optimizer, trainer.lr_scheduler = None, None
     for callback in trainer.callback_handler.callbacks:
         if isinstance(callback, Tripwires):
             callback.lr_cut = float(rollback.get("lr_factor", callback.lr_factor))
+            callback.reseed = number
 
 
 def firings(output_dir: str | Path) -> list[dict]:
