@@ -176,3 +176,29 @@ def test_code_probes_run_bounded_in_the_jail_and_flag_a_row_a_constant_passes(tm
     with raises_naming("binary_code:print_expected", "code:print_expected", "probe_acknowledged"):
         raise_on_failures(list(results.values()))
     assert "print_expected" in table(list(results.values()))
+
+
+CF_ROWS = [  # Codeforces rows (open-r1/codeforces' columns): official tests inline, a contest id that would find more
+    {"problem": "Print the sum of two numbers.", "id": "2053/A", "contest_id": 2053, "language": "python",
+     "time_limit": 2.0, "official_tests": [{"input": "1 2\n", "output": "3"}, {"input": "4 5\n", "output": "9"},
+                                           {"input": "0 0\n", "output": "0"}]},
+    {"problem": "Print YES.", "id": "2053/B", "contest_id": 2053, "language": "python", "time_limit": 1.0,
+     "official_tests": [{"input": "1\n", "output": "YES"}, {"input": "2\n", "output": "YES"}]},
+]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(jail_problem() is not None, reason=f"no jail here: {jail_problem()}")
+def test_cf_code_is_probed_on_its_official_tests_and_a_constant_answer_is_flagged(tmp_path):
+    data = tmp_path / "cf.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in CF_ROWS))
+    keys = recipe(tmp_path, data, reward_funcs=["cf_code"], code_eval_scoring_mode="partial")
+    script_args, training_args, _ = parse_args(["--config", str(write_recipe(tmp_path, **keys))])
+    before = children()
+    results = {r.probe: r for r in probe_rewards(script_args, training_args, load_train_split(script_args, training_args))
+               if r.reward == "cf_code"}
+    for probe in ("exit0", "always_equal", "infinite_loop", "read_tests", "empty", "prompt_echo", "huge"):
+        assert results[probe].verdict == "ok" and results[probe].got <= 0.0, (probe, results[probe])
+    # "YES" for every test: printing the first test's output passes them all (partial 1.0, above its bound 0.5).
+    assert results["print_expected"].bound == 0.5 and results["print_expected"].verdict == "ABOVE BOUND"
+    assert children() <= before

@@ -39,6 +39,7 @@ from r1kit.console import add_pass_through_command, run_module
 from r1kit.errors import ConfigError
 from r1kit.rewards import get_reward_funcs
 from r1kit.rewards.code import BadRow, as_mapping
+from r1kit.rewards.competitive import cf_score
 from r1kit.rewards.gym import check_gym_scoring, parse_record
 from r1kit.sandbox import jail
 
@@ -62,8 +63,9 @@ KINDS = {
     "accuracy": "answer", "reasoning_gym": "answer", "cosine": "cosine", "length": "length",
     "format": "shape", "tag_count": "shape", "code_format": "shape", "reasoning_steps": "steps",
     "repetition_penalty": "penalty", "soft_overlong_punishment": "penalty", "code": "code", "binary_code": "code",
-    "ioi_code": "unprobed", "cf_code": "unprobed",
+    "ioi_code": "unprobed", "cf_code": "cf_code",
 }
+CODE_KINDS = ("code", "cf_code")  # the kinds the code probes run on
 
 
 @dataclass(frozen=True)
@@ -113,7 +115,11 @@ def bound(kind: str, probe: str, script_args: Any) -> float:
     - code (code, binary_code): 0, except print_expected: 0.5. A program printing one test's expected output passes
       every test sharing that output; a row where it passes more than half cannot tell a program from a memorised
       answer (binary_code pays it only when every test shares the output).
+    - cf_code: 0, except print_expected: what half the tests passed earns in `code_eval_scoring_mode` (pass_fail 0,
+      partial 0.5, weighted_sum 0.05), for the same reason.
     """
+    if kind == "cf_code":
+        return cf_score(1, 2, script_args.code_eval_scoring_mode) if probe == "print_expected" else 0.0
     if kind == "cosine":
         return float(script_args.cosine_max_value_wrong)
     if kind == "shape":
@@ -277,6 +283,25 @@ CODE_PROGRAMS = {
 }
 
 
+def cf_tests(row: dict) -> dict | None:
+    """A Codeforces row's `official_tests` in the code probes' shape (`code_tests`), or None when it has none."""
+    tests = row.get("official_tests")
+    if not isinstance(tests, list) or not tests:
+        return None
+    return code_tests({"verification_info": {"language": row.get("language"), "time_limit": row.get("time_limit"),
+                                             "test_cases": tests}})
+
+
+def cf_probe_row(row: dict) -> dict:
+    """A copy of a Codeforces row that runs only the probes' official tests, briefly: no id or contest to find
+    generated tests by, `CODE_TESTS` tests of at most `CODE_TIME_LIMIT` seconds."""
+    info = cf_tests(row)
+    if info is None:
+        return row
+    kept = {key: value for key, value in row.items() if key not in ("id", "contest_id")}
+    return {**kept, "official_tests": info["test_cases"], "time_limit": info["time_limit"]}
+
+
 def code_tests(row: dict) -> dict | None:
     """The row's `verification_info` as the code probes run it (at most `CODE_TESTS` tests of `CODE_TIME_LIMIT`
     seconds), or None when it is not a mapping with a test list (the reward scores such a row None anyway)."""
@@ -352,10 +377,11 @@ def skip_reason(name: str, script_args: Any, training_args: Any) -> str | None:
     """Why a reward is not probed here, or None."""
     kind = kind_of(name)
     if kind == "unprobed":
-        return "its tests come from the Hub or a tests folder; the code probes cover code and binary_code"
-    if kind == "code" and script_args.code_provider != "local":
+        return ("its tests come from the Hub or a tests folder, and its programs are C++ built with each problem's "
+                "graders; the code probes cover code, binary_code and cf_code")
+    if kind in CODE_KINDS and script_args.code_provider != "local":
         return f"code_provider is {script_args.code_provider}: the probes do not send programs to a remote sandbox"
-    if kind == "code":
+    if kind in CODE_KINDS:
         problem = jail.probe()  # the probes' programs loop, exit and snoop: only ever in a jail
         return f"the code probes run only in a jail, and none runs here ({problem})" if problem else None
     if name == "reasoning_gym":
@@ -379,9 +405,10 @@ def probe_replies(name: str, rows: list[dict], script_args: Any) -> dict[str, li
             reply = generic_reply(probe, row, golds[i], gold_texts)
             if reply is not None:
                 replies.setdefault(probe, []).append((i, reply))
-    if kind_of(name) == "code":
+    if kind_of(name) in CODE_KINDS:
+        tests_of = cf_tests if kind_of(name) == "cf_code" else code_tests
         for i, row in enumerate(rows):
-            info = code_tests(row)
+            info = tests_of(row)
             if info is None:
                 continue
             for probe in CODE:
@@ -405,6 +432,8 @@ def score_probes(func: Callable, name: str, rows: list[dict], replies: dict, con
     worker pool starts once); when it raises, one call per probe says which probes raise."""
     if kind_of(name) == "code":
         rows = _code_rows(rows)
+    elif kind_of(name) == "cf_code":
+        rows = [cf_probe_row(row) for row in rows]
     order = [(probe, i, reply) for probe, items in replies.items() for i, reply in items]
     try:
         flat = call_reward(func, [rows[i] for _, i, _ in order], [r for _, _, r in order], conversational)
@@ -463,7 +492,7 @@ def probe_reward(func: Callable, name: str, rows: list[dict], script_args: Any, 
     kind = kind_of(name)
     replies = probe_replies(name, rows, script_args)
     scores = score_probes(func, name, rows, replies, conversational)
-    names = list(GENERIC) + (list(CODE) if kind == "code" else [])
+    names = list(GENERIC) + (list(CODE) if kind in CODE_KINDS else [])
     results = []
     for probe in names:
         limit = bound(kind, probe, script_args)
