@@ -84,6 +84,19 @@ def test_a_lying_reward_disagrees_and_is_written_down_an_honest_one_does_not(tmp
                        "gold": "15", "main_score": 1.0, "main_correct": True, "second_correct": False}
 
 
+def test_in_the_background_the_verdicts_arrive_by_the_step_end(tmp_path):
+    """Training judges in a worker thread while the step trains: the metrics and the record are the same, logged by
+    the step's end (before the trainer logs the step and the tripwires read it)."""
+    opinion = SecondOpinion(["my:liar"], str(tmp_path), samples=8, kinds={"my:liar": "math"}, background=True)
+    trainer = fake_trainer(step=4)
+    opinion(trainer, ["7+8="] * 8, ["<answer>15</answer>", "<answer>16</answer>"] * 4, rewards_tensor([1.0] * 8),
+            [{"solution": "15"}] * 8)
+    opinion.on_step_end(None, None, None)
+    assert trainer._metrics["train"]["second_opinion/my:liar/disagreement"] == [0.5]
+    assert len((tmp_path / "second_opinion.jsonl").read_text().splitlines()) == 4
+    opinion.on_train_end(None, None, None)
+
+
 def test_rows_the_second_path_cannot_judge_are_unchecked_and_a_failure_never_raises(tmp_path):
     opinion = SecondOpinion(["accuracy"], str(tmp_path), samples=4)
     trainer = fake_trainer()

@@ -163,7 +163,8 @@ def reward_watch_listeners(script_args: GRPOScriptArguments, training_args: GRPO
             timeout=script_args.reward_timeout, gym_mode=script_args.reasoning_gym_answer,
             code_language=script_args.code_language,
             allow_unsandboxed=script_args.allow_unsandboxed_code_execution,
-            cosine_min_correct=script_args.cosine_min_value_correct, seed=training_args.seed)
+            cosine_min_correct=script_args.cosine_min_value_correct, seed=training_args.seed,
+            background=True)
         if opinion.active:
             listeners.append(opinion)
     return listeners

@@ -23,6 +23,7 @@ and memory limits in the jail; reasoning-gym answers under `reward_timeout` each
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import logging
 import math
@@ -52,6 +53,7 @@ MAX_ANSWER_CHARS = 20_000  # the answer is at the end: the math grammar reads th
 MAX_DIGITS = 200  # a longer number is not a contest answer: unchecked
 MAX_RECORD_CHARS = 4000  # prompt and completion are cut to this in the record file
 CORRECT_SHARE = 0.999  # accuracy, reasoning_gym, code: full marks is "correct"
+COLLECT_SECONDS = 300.0  # the longest a step waits for a batch judged in the background
 
 Verdict = bool | None  # correct, wrong, or None: this path cannot judge the row
 
@@ -227,11 +229,15 @@ class SecondOpinion(TrainerCallback):
         allow_unsandboxed (`bool`, defaults to `False`), cosine_min_correct (`float`, defaults to `0.5`): as the
             recipe sets them for the rewards.
         seed (`int`, defaults to `0`): the sample's seed (with the step).
+        background (`bool`, defaults to `False`): judge in a worker thread while the step trains (a jail or a scorer
+            process starts per batch: about 1.4 s), collected at the step's end, before its metrics are logged;
+            training runs with it on.
     """
 
     def __init__(self, reward_names: list[str], output_dir: str, samples: int, kinds: dict[str, str] | None = None,
                  timeout: float = 5.0, gym_mode: str = "last_number", code_language: str = "python",
-                 allow_unsandboxed: bool = False, cosine_min_correct: float = 0.5, seed: int = 0):
+                 allow_unsandboxed: bool = False, cosine_min_correct: float = 0.5, seed: int = 0,
+                 background: bool = False):
         declared = dict(kinds or {})
         self.kinds = {name: declared.get(name) or BUILT_IN_KINDS.get(name) for name in reward_names}
         self.reward_names = list(reward_names)
@@ -239,7 +245,10 @@ class SecondOpinion(TrainerCallback):
         self.samples = samples
         self.timeout, self.gym_mode, self.code_language = timeout, gym_mode, code_language
         self.allow_unsandboxed, self.cosine_min_correct, self.seed = allow_unsandboxed, cosine_min_correct, seed
-        self.seconds = 0.0  # time spent, for the cost measurement
+        self.seconds = 0.0  # time the training thread spent on it, for the cost measurement
+        self.background = background
+        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self._pending: list = []  # (trainer, future) of batches judged in the background
         checked = [f"{n} ({k})" for n, k in self.kinds.items() if k]
         unchecked = [n for n, k in self.kinds.items() if not k]
         logger.info("Second opinion on %s rows per batch: %s%s", samples, ", ".join(checked) or "no reward",
@@ -258,30 +267,87 @@ class SecondOpinion(TrainerCallback):
             return
         start = time.monotonic()
         try:
-            self.check_batch(trainer, prompts, completions, rewards, inputs or [])
+            job = self.sample_batch(trainer, prompts, completions, rewards, inputs or [])
+            if self.background:  # judged while the step trains; `on_step_end` collects it
+                self._pending.append((trainer, self._executor().submit(self.judge, job)))
+            else:
+                self.finish(trainer, self.judge(job))
         except Exception as e:  # noqa: BLE001 - a second opinion must never stop training
-            log_once(logger, f"failed:{type(e).__name__}", "The second opinion failed (%s: %s); this batch is "
-                     "unchecked (logged once per kind of failure).", type(e).__name__, str(e)[:200])
+            self._failed(e)
         self.seconds += time.monotonic() - start
 
-    def check_batch(self, trainer, prompts: list, completions: list, rewards, inputs: list[dict]) -> None:
+    def on_step_end(self, args, state, control, **kwargs):
+        self.collect()
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self.collect()
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)
+            self._pool = None
+
+    def collect(self) -> None:
+        """Waits for the batches judged in the background (bounded: `COLLECT_SECONDS` each) and logs them, on the
+        main thread, before the step's metrics are logged and the tripwires read them."""
+        start = time.monotonic()
+        pending, self._pending = self._pending, []
+        for trainer, future in pending:
+            try:
+                self.finish(trainer, future.result(timeout=COLLECT_SECONDS))
+            except Exception as e:  # noqa: BLE001 - a judge that failed or hung leaves its batch unchecked
+                self._failed(e)
+        self.seconds += time.monotonic() - start
+
+    def _executor(self):
+        if self._pool is None:
+            self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="r1kit-second-opinion")
+        return self._pool
+
+    @staticmethod
+    def _failed(error: Exception) -> None:
+        log_once(logger, f"failed:{type(error).__name__}", "The second opinion failed (%s: %s); this batch is "
+                 "unchecked (logged once per kind of failure).", type(error).__name__, str(error)[:200])
+
+    def sample_batch(self, trainer, prompts: list, completions: list, rewards, inputs: list[dict]) -> dict:
+        """What the judges need, taken on the training thread: the step, and per checked reward its sampled rows
+        (index, text, row, main score)."""
         n, rank = len(completions), trainer.accelerator.process_index
         own = rewards[rank * n : (rank + 1) * n].tolist()
         step = trainer.state.global_step + 1
         rng = random.Random(f"{self.seed}-{step}")
         texts = [completion_text(c) for c in completions]
+        prompt_texts = [completion_text(p[-1:]) if isinstance(p, list) else str(p) for p in prompts]
+        sampled = []
         for column, name in enumerate(self.reward_names):
             kind = self.kinds.get(name)
             if not kind:
                 continue
             scores = [row[column] for row in own]
             rows = pick_rows(scores, self.samples, rng)
-            verdicts = self.verdicts(kind, [texts[i] for i in rows], [inputs[i] if i < len(inputs) else {} for i in rows])
-            outcome = self.compare(name, step, rows, verdicts, scores, prompts, texts, inputs)
-            metrics = trainer._metrics["train"]
-            metrics[f"second_opinion/{name}/checked"].append(float(outcome[0]))
-            if outcome[0]:
-                metrics[f"second_opinion/{name}/disagreement"].append(outcome[1] / outcome[0])
+            sampled.append({"name": name, "kind": kind, "rows": [
+                {"text": texts[i], "prompt": prompt_texts[i], "score": scores[i],
+                 "input": inputs[i] if i < len(inputs) else {}} for i in rows]})
+        return {"step": step, "rewards": sampled}
+
+    def judge(self, job: dict) -> list[tuple[str, int, int, list[str]]]:
+        """Per checked reward: (name, rows checked, rows whose verdicts differ, the record lines of those rows)."""
+        results = []
+        for reward in job["rewards"]:
+            rows = reward["rows"]
+            verdicts = self.verdicts(reward["kind"], [r["text"] for r in rows], [r["input"] for r in rows])
+            results.append((reward["name"], *self.compare(reward["name"], job["step"], rows, verdicts)))
+        return results
+
+    def finish(self, trainer, results: list[tuple[str, int, int, list[str]]]) -> None:
+        metrics = trainer._metrics["train"]
+        lines = []
+        for name, checked, differ, rows in results:
+            metrics[f"second_opinion/{name}/checked"].append(float(checked))
+            if checked:
+                metrics[f"second_opinion/{name}/disagreement"].append(differ / checked)
+            lines += rows
+        if lines and self.path.parent.is_dir():  # never recreate a deleted folder: the run's own check reports it
+            with self.path.open("a", encoding="utf-8") as f:
+                f.write("".join(line + "\n" for line in lines))
 
     def verdicts(self, kind: str, texts: list[str], rows: list[dict]) -> list[Verdict]:
         if kind == "math":
@@ -292,28 +358,23 @@ class SecondOpinion(TrainerCallback):
         return gym_verdicts(texts, [r.get("reasoning_gym") for r in rows], self.timeout, self.gym_mode,
                             self.allow_unsandboxed)
 
-    def compare(self, name: str, step: int, rows: list[int], verdicts: list[Verdict], scores: list[float],
-                prompts: list, texts: list[str], inputs: list[dict]) -> tuple[int, int]:
-        """(rows checked, rows whose verdicts differ); the differing rows are written to the record."""
+    def compare(self, name: str, step: int, rows: list[dict], verdicts: list[Verdict]) -> tuple[int, int, list[str]]:
+        """(rows checked, rows whose verdicts differ, the record lines of those rows)."""
         checked = differ = 0
         lines = []
-        for i, second in zip(rows, verdicts):
+        for row, second in zip(rows, verdicts):
             if second is None:
                 continue
             checked += 1
-            first = main_says_correct(name, scores[i], self.cosine_min_correct)
+            first = main_says_correct(name, row["score"], self.cosine_min_correct)
             if first == second:
                 continue
             differ += 1
-            row = inputs[i] if i < len(inputs) else {}
-            gold = row.get("solution", row.get("verification_info", row.get("reasoning_gym")))
+            source = row["input"] if isinstance(row["input"], dict) else {}
+            gold = source.get("solution", source.get("verification_info", source.get("reasoning_gym")))
             lines.append(json.dumps({
-                "step": step, "reward": name,
-                "prompt": completion_text(prompts[i][-1:] if isinstance(prompts[i], list) else prompts[i])[:MAX_RECORD_CHARS],
-                "completion": texts[i][-MAX_RECORD_CHARS:], "gold": str(gold)[:MAX_RECORD_CHARS],
-                "main_score": scores[i], "main_correct": first, "second_correct": second,
+                "step": step, "reward": name, "prompt": row["prompt"][:MAX_RECORD_CHARS],
+                "completion": row["text"][-MAX_RECORD_CHARS:], "gold": str(gold)[:MAX_RECORD_CHARS],
+                "main_score": row["score"], "main_correct": first, "second_correct": second,
             }, ensure_ascii=False))
-        if lines and self.path.parent.is_dir():  # never recreate a deleted folder: the run's own check reports it
-            with self.path.open("a", encoding="utf-8") as f:
-                f.write("".join(line + "\n" for line in lines))
-        return checked, differ
+        return checked, differ, lines
