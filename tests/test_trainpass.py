@@ -334,3 +334,16 @@ def test_the_start_up_line_says_what_the_pass_does_for_the_run(tmp_path):
     assert "recomputes its prompt" in checkpointed and "gradient checkpointing" in checkpointed
     dropout = build_trainer(tmp_path / "c", "gpt2", dropout=0.1).training_pass_summary()
     assert "recomputes its prompt" in dropout and "disable_dropout" in dropout
+
+
+def test_attention_implementations_not_verified_exact_keep_the_buckets_but_not_the_shared_prompt():
+    from types import SimpleNamespace
+
+    from r1kit.trainpass import plan_for
+
+    for attention, shared in [("sdpa", True), ("eager", True), ("flash_attention_2", False), ("flex_attention", False)]:
+        model = SimpleNamespace(config=SimpleNamespace(model_type="qwen2", _attn_implementation=attention),
+                                training=False, base_model=SimpleNamespace(forward=lambda input_ids, cache=None: None))
+        plan, notes = plan_for(model, trim=True, share=True)
+        assert plan.share is shared and plan.trim, attention
+        assert bool(notes) is not shared and all(attention in note for note in notes)

@@ -33,6 +33,9 @@ POSITIONS_BY_COLUMN = ("llama", "mistral", "qwen2", "qwen3", "gpt2")
 # What one extra forward call costs, in scored tokens: the bucket split only pays off when it saves more padding
 # than this per bucket. Measured on CPU with the demo model and a 4-layer, 256-wide Llama (benchmarks/training_pass.py).
 BUCKET_OVERHEAD_TOKENS = 32
+# Attention implementations the shared prompt is tested exact with (tests/test_trainpass.py, on CPU). Flash attention's
+# and flex attention's cached paths with padding masks are not tested here (no GPU): they stand down, said once.
+VERIFIED_ATTENTION = ("sdpa", "eager")
 MAX_BUCKETS = 8
 
 
@@ -136,6 +139,9 @@ def shared_prompt_refusal(model: torch.nn.Module, model_type: str | None, by_col
     config = getattr(model, "config", None)
     if not by_column:
         return f"model type {model_type!r} is not known to number positions by column"
+    attention = getattr(config, "_attn_implementation", None) or "eager"
+    if attention not in VERIFIED_ATTENTION:
+        return f"attention implementation {attention!r} is not verified exact with a shared key/value cache"
     if gradient_checkpointing and training:
         return "gradient checkpointing drops the key/value cache in training"
     if has_active_dropout(model, training):
