@@ -188,34 +188,49 @@ def score_chunk(model, plan: PassPlan, input_ids: torch.Tensor, attention_mask: 
         first = int(real[0]) if len(real) else 0
         first = min(first, prompt_ids.size(1) - 1)  # keep one prompt column: it predicts the first completion token
         prompt_ids, prompt_mask = prompt_ids[:, first:], prompt_mask[:, first:]
+    with autocast():  # one context for every forward: a trainable weight's low-precision copy is made once
+        pieces = forward_buckets(model, plan, prompt_ids, prompt_mask, completion_ids, completion_mask, first)
+    return assemble(pieces, input_ids.size(0), width, compute_entropy)
+
+
+def forward_buckets(model, plan: PassPlan, prompt_ids, prompt_mask, completion_ids, completion_mask,
+                    first: int) -> list[tuple[torch.Tensor, int, object]]:
+    """(rows, completion columns kept, the fused head's output) per length bucket; with the shared prompt, the
+    distinct prompts' cache first."""
     lengths = completion_lengths(completion_mask)
-    buckets = length_buckets(lengths) if plan.trim else [list(range(input_ids.size(0)))]
-    logps = input_ids.new_zeros(input_ids.size(0), width, dtype=torch.float32)
-    entropies = torch.zeros_like(logps) if compute_entropy else None
+    buckets = length_buckets(lengths) if plan.trim else [list(range(prompt_ids.size(0)))]
     share = plan.share and prompt_ids.size(1) >= 2
     cache, inverse = None, None
     if share:
         representatives, inverse = distinct_rows(prompt_ids, prompt_mask)
-        cache = prompt_cache(model, plan, prompt_ids[representatives, :-1], prompt_mask[representatives, :-1], first,
-                             autocast)
+        cache = prompt_cache(model, plan, prompt_ids[representatives, :-1], prompt_mask[representatives, :-1], first)
     pieces = []
     for bucket in buckets:
-        rows = torch.tensor(bucket, device=input_ids.device)
-        keep = max(1, max(lengths[i] for i in bucket)) if plan.trim else width
+        rows = torch.tensor(bucket, device=prompt_ids.device)
+        keep = max(1, max(lengths[i] for i in bucket)) if plan.trim else completion_ids.size(1)
         if share:
             out = shared_bucket(model, plan, cache, inverse[rows], prompt_ids[rows, -1:], prompt_mask[rows],
-                                completion_ids[rows, :keep], completion_mask[rows, :keep], first, autocast)
+                                completion_ids[rows, :keep], completion_mask[rows, :keep], first)
         else:
             out = dense_bucket(model, plan, prompt_ids[rows], prompt_mask[rows], completion_ids[rows, :keep],
-                               completion_mask[rows, :keep], first, autocast)
+                               completion_mask[rows, :keep], first)
         pieces.append((rows, keep, out))
-    # Written in place of zeros through index_put (differentiable), so each row's values come from its own bucket.
+    return pieces
+
+
+def assemble(pieces: list, count: int, width: int, compute_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The buckets' values in the chunk's row order, `[count, width]`, zero past each bucket's kept columns. Written
+    in place of zeros through index_put (differentiable), so each row's values come from its own bucket."""
+    dtype = pieces[0][2].log_probs.dtype
+    device = pieces[0][2].log_probs.device
+    logps = torch.zeros(count, width, dtype=torch.float32, device=device)
+    entropies = torch.zeros_like(logps) if compute_entropy else None
     for rows, keep, out in pieces:
         logps = logps.index_put((rows,), torch.nn.functional.pad(out.log_probs[:, -keep:].float(), (0, width - keep)))
         if compute_entropy:
             entropies = entropies.index_put(
                 (rows,), torch.nn.functional.pad(out.entropy[:, -keep:].float(), (0, width - keep)))
-    return logps.to(pieces[0][2].log_probs.dtype), (entropies.to(pieces[0][2].entropy.dtype) if compute_entropy else None)
+    return logps.to(dtype), (entropies.to(pieces[0][2].entropy.dtype) if compute_entropy else None)
 
 
 def positions(first: int, start: int, count: int, device) -> torch.Tensor:
@@ -229,20 +244,18 @@ def scored_labels(ids: torch.Tensor, mask: torch.Tensor, prompt_columns: int) ->
     return labels
 
 
-def dense_bucket(model, plan: PassPlan, prompt_ids, prompt_mask, completion_ids, completion_mask, first, autocast):
+def dense_bucket(model, plan: PassPlan, prompt_ids, prompt_mask, completion_ids, completion_mask, first):
     ids = torch.cat([prompt_ids, completion_ids], dim=1)
     mask = torch.cat([prompt_mask, completion_mask], dim=1)
     kwargs = {"position_ids": positions(first, 0, ids.size(1), ids.device)} if plan.by_column else {}
-    with autocast():
-        return model(input_ids=ids, attention_mask=mask, labels=scored_labels(ids, mask, prompt_ids.size(1)),
-                     fused_lm_head=True, **kwargs)
+    return model(input_ids=ids, attention_mask=mask, labels=scored_labels(ids, mask, prompt_ids.size(1)),
+                 fused_lm_head=True, **kwargs)
 
 
-def prompt_cache(model, plan: PassPlan, ids, mask, first, autocast):
+def prompt_cache(model, plan: PassPlan, ids, mask, first):
     """The key/value cache of the distinct prompts (all but their last token), with gradients."""
-    with autocast():
-        outputs = model(input_ids=ids, attention_mask=mask, position_ids=positions(first, 0, ids.size(1), ids.device),
-                        use_cache=True, logits_to_keep=1)
+    outputs = model(input_ids=ids, attention_mask=mask, position_ids=positions(first, 0, ids.size(1), ids.device),
+                    use_cache=True, logits_to_keep=1)
     cache = returned_cache(outputs)
     if cache is None or not hasattr(cache, "layers"):
         raise RuntimeError("shared_prompt_pass: the model returned no key/value cache; set shared_prompt_pass: false")
@@ -250,13 +263,12 @@ def prompt_cache(model, plan: PassPlan, ids, mask, first, autocast):
 
 
 def shared_bucket(model, plan: PassPlan, cache, prompt_of_row, last_prompt_ids, prompt_mask, completion_ids,
-                  completion_mask, first, autocast):
+                  completion_mask, first):
     """One bucket on the shared cache: the rows' last prompt token and their completions."""
     ids = torch.cat([last_prompt_ids, completion_ids], dim=1)
     tail_mask = torch.cat([prompt_mask[:, -1:], completion_mask], dim=1)
     mask = torch.cat([prompt_mask, completion_mask], dim=1)  # the cached columns and these
     past = prompt_mask.size(1) - 1
-    with autocast():
-        return model(input_ids=ids, attention_mask=mask, position_ids=positions(first, past, ids.size(1), ids.device),
-                     labels=scored_labels(ids, tail_mask, 1), fused_lm_head=True,
-                     **{plan.cache_keyword: expanded_cache(cache, prompt_of_row)})
+    return model(input_ids=ids, attention_mask=mask, position_ids=positions(first, past, ids.size(1), ids.device),
+                 labels=scored_labels(ids, tail_mask, 1), fused_lm_head=True,
+                 **{plan.cache_keyword: expanded_cache(cache, prompt_of_row)})
