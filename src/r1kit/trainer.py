@@ -8,6 +8,8 @@ that moves them fails in one place):
 - dynamic sampling and the pass-rate curriculum (`_generate_and_score_completions`), whose pure logic is
   `r1kit.curriculum`;
 - the sampling state in every checkpoint (`_save_checkpoint`, `_load_optimizer_and_scheduler`).
+- the per-token log-probability pass (`_get_per_token_logps_and_entropies`: the loss, old and reference passes), on
+  `r1kit.trainpass`: each distinct prompt computed once and no compute on padding, with TRL's dense results.
 
 With dynamic sampling and the curriculum off it generates and trains exactly as TRL's trainer does.
 
