@@ -358,9 +358,6 @@ ROPE_BY_LENGTH = {  # transformers recomputes these per forward from max(positio
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="issue 26 review: dynamic/longrope rotary frequencies depend on the longest "
-                   "position of each forward, so a prompt-only forward or a short bucket rotates with other "
-                   "frequencies than TRL's dense pass over the full width; plan_for does not stand down for them")
 @pytest.mark.parametrize("rope", sorted(ROPE_BY_LENGTH))
 def test_length_dependent_rope_equals_the_dense_pass_or_stands_down(rope):
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -391,7 +388,8 @@ def test_length_dependent_rope_equals_the_dense_pass_or_stands_down(rope):
     dense[keep].sum().backward()
     dense_grads = {name: p.grad.clone() for name, p in model.named_parameters()}
     model.zero_grad()
-    plan, _ = plan_for(model, trim=True, share=True)
+    plan, notes = plan_for(model, trim=True, share=True)
+    assert not (plan.trim or plan.share) and rope in notes[0]  # it stands down, and says why
     logps, _ = score_chunk(model, plan, ids, mask, width, False, contextlib.nullcontext)
     logps[keep].sum().backward()
     torch.testing.assert_close(logps[keep], dense[keep].detach(), **TOLERANCE)

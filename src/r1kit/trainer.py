@@ -482,7 +482,7 @@ class R1Trainer(StopOnNonFiniteGradients, GRPOTrainer):
         plan, notes = plan_for(unwrapped, args.trim_padding, args.shared_prompt_pass)
         for note in notes:  # the start-up block says these already (`training_pass_summary`)
             self._say_once(note, logging.INFO)
-        return plan
+        return plan if plan.trim or plan.share else None
 
     def training_pass_summary(self) -> str:
         """One line for the start-up block: what the training pass does for this model."""

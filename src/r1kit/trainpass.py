@@ -118,6 +118,12 @@ def plan_for(unwrapped: torch.nn.Module, trim: bool, share: bool, training: bool
     config = getattr(unwrapped, "config", None)
     model_type = getattr(config, "model_type", None)
     by_column = model_type in POSITIONS_BY_COLUMN
+    rope = length_dependent_rope(config)
+    if rope and (trim or share):
+        notes.append(f"trim_padding and shared_prompt_pass: off for this model (its {rope} rotary embedding takes its "
+                     "frequencies from each forward's longest position, so a shorter forward would rotate otherwise); "
+                     "TRL's dense pass")
+        return PassPlan(trim=False, share=False, by_column=by_column), notes
     if share:
         training = unwrapped.training if training is None else training
         if gradient_checkpointing is None:
@@ -131,6 +137,25 @@ def plan_for(unwrapped: torch.nn.Module, trim: bool, share: bool, training: bool
                      "trailing completion padding is dropped (leading prompt padding stays)")
     keyword = cache_keyword(unwrapped) if share else "past_key_values"
     return PassPlan(trim=trim, share=share, by_column=by_column, cache_keyword=keyword), notes
+
+
+def length_dependent_rope(config) -> str | None:
+    """The rotary embedding type of `config` whose frequencies depend on the forward's longest position (`dynamic`
+    NTK scaling, `longrope`), or None. Read from `rope_parameters` (transformers 5) or `rope_scaling`, per layer type
+    too."""
+    found = []
+
+    def walk(value) -> None:
+        if isinstance(value, dict):
+            kind = value.get("rope_type", value.get("type"))
+            if isinstance(kind, str) and ("dynamic" in kind or kind == "longrope"):
+                found.append(kind)
+            for inner in value.values():
+                walk(inner)
+
+    for key in ("rope_parameters", "rope_scaling"):
+        walk(getattr(config, key, None))
+    return found[0] if found else None
 
 
 def shared_prompt_refusal(model: torch.nn.Module, model_type: str | None, by_column: bool, training: bool,
