@@ -395,3 +395,21 @@ def test_length_dependent_rope_equals_the_dense_pass_or_stands_down(rope):
     torch.testing.assert_close(logps[keep], dense[keep].detach(), **TOLERANCE)
     for name, parameter in model.named_parameters():
         torch.testing.assert_close(parameter.grad, dense_grads[name], **TOLERANCE, msg=lambda m, n=name: f"{n}: {m}")
+
+
+def test_under_autocast_frozen_weights_make_each_extra_call_cost_memory_and_the_split_pays_for_it():
+    """LoRA on a float32 base under bf16 autocast: each forward keeps a bf16 copy of the frozen weights for its
+    backward, so a bucket or the shared prompt must save that many tokens' activations to be taken."""
+    from r1kit.modeling import build_char_tokenizer
+    from r1kit.trainpass import call_copy_tokens
+
+    model = tiny_model("llama", len(build_char_tokenizer()))
+    assert call_copy_tokens(model, None) == 0 and call_copy_tokens(model, torch.bfloat16) == 0  # all trainable
+    for name, parameter in model.named_parameters():
+        parameter.requires_grad_("q_proj" in name)  # as LoRA leaves the base
+    cost = call_copy_tokens(model, torch.bfloat16)
+    frozen = sum(p.numel() for p in model.parameters() if p.dim() == 2 and not p.requires_grad) * 2  # bf16 bytes
+    per_token = 2 * (8 * 32 + 3 * 64) * 2  # 2 layers of (8 x hidden + 3 x intermediate) bf16 values
+    assert cost == -(-frozen // per_token) and call_copy_tokens(model, None) == 0
+    lengths = [8, 8, 8, 40]  # one long row: a separate bucket saves 96 padded tokens, worth it only when calls are cheap
+    assert len(length_buckets(lengths, overhead=32)) == 2 and len(length_buckets(lengths, overhead=100)) == 1

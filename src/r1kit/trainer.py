@@ -65,7 +65,7 @@ from r1kit.curriculum import SAMPLING_STATE, CurriculumRules, PromptPicker, join
 from r1kit.errors import ConfigError
 from r1kit.machine import vllm_is_cpu_build
 from r1kit.rewards.text import completion_text
-from r1kit.trainpass import PassPlan, plan_for, score_chunk
+from r1kit.trainpass import PassPlan, call_copy_tokens, plan_for, score_chunk
 
 logger = logging.getLogger(__name__)
 
@@ -480,9 +480,14 @@ class R1Trainer(StopOnNonFiniteGradients, GRPOTrainer):
         if hasattr(unwrapped, "get_base_model"):  # PEFT
             unwrapped = unwrapped.get_base_model()
         plan, notes = plan_for(unwrapped, args.trim_padding, args.shared_prompt_pass)
+        plan.copy_tokens = call_copy_tokens(unwrapped, self._autocast_dtype())
         for note in notes:  # the start-up block says these already (`training_pass_summary`)
             self._say_once(note, logging.INFO)
         return plan if plan.trim or plan.share else None
+
+    def _autocast_dtype(self) -> torch.dtype | None:
+        """The low-precision type accelerate's autocast computes in, or None without mixed precision."""
+        return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(str(self.accelerator.mixed_precision))
 
     def training_pass_summary(self) -> str:
         """One line for the start-up block: what the training pass does for this model."""

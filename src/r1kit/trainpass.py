@@ -101,12 +101,14 @@ def has_active_dropout(model: torch.nn.Module, training: bool) -> bool:
 @dataclass
 class PassPlan:
     """How one model's chunks are scored: `trim` (leading columns and length buckets), `share` (the shared prompt),
-    `cache_keyword` (the name the model's forward takes its key/value cache by)."""
+    `cache_keyword` (the name the model's forward takes its key/value cache by), `copy_tokens` (the memory one more
+    forward call holds, which a bucket and the shared prompt must save to be taken)."""
 
     trim: bool
     share: bool
     by_column: bool
     cache_keyword: str = "past_key_values"
+    copy_tokens: int = 0  # the memory one more forward call holds, in scored tokens (`call_copy_tokens`)
 
 
 def plan_for(unwrapped: torch.nn.Module, trim: bool, share: bool, training: bool | None = None,
@@ -137,6 +139,27 @@ def plan_for(unwrapped: torch.nn.Module, trim: bool, share: bool, training: bool
                      "trailing completion padding is dropped (leading prompt padding stays)")
     keyword = cache_keyword(unwrapped) if share else "past_key_values"
     return PassPlan(trim=trim, share=share, by_column=by_column, cache_keyword=keyword), notes
+
+
+def call_copy_tokens(unwrapped: torch.nn.Module, autocast_dtype: torch.dtype | None) -> int:
+    """The memory one more forward call holds, in scored tokens: under autocast with frozen weights of a wider type
+    (LoRA on a float32 base with bf16 autocast), every call makes a low-precision copy of those weights and keeps it
+    for its backward (autocast caches the copies of trainable weights only); counted in the activation bytes a token
+    keeps (estimated from the model's shape), so that splitting a micro-batch never holds more than the dense pass.
+    0 otherwise."""
+    if autocast_dtype is None:
+        return 0
+    size = torch.finfo(autocast_dtype).bits // 8
+    copies = sum(p.numel() for p in unwrapped.parameters()
+                 if not p.requires_grad and p.dim() == 2 and p.is_floating_point() and p.element_size() > size) * size
+    if not copies:
+        return 0
+    config = getattr(unwrapped, "config", None)
+    hidden = getattr(config, "hidden_size", None) or getattr(config, "n_embd", None) or 1024
+    inner = getattr(config, "intermediate_size", None) or getattr(config, "n_inner", None) or 4 * hidden
+    layers = getattr(config, "num_hidden_layers", None) or getattr(config, "n_layer", None) or 1
+    per_token = layers * (8 * hidden + 3 * inner) * size  # what a decoder layer keeps per token, roughly
+    return -(-copies // per_token)
 
 
 def length_dependent_rope(config) -> str | None:
@@ -223,11 +246,15 @@ def forward_buckets(model, plan: PassPlan, prompt_ids, prompt_mask, completion_i
     """(rows, completion columns kept, the fused head's output) per length bucket; with the shared prompt, the
     distinct prompts' cache first."""
     lengths = completion_lengths(completion_mask)
-    buckets = length_buckets(lengths) if plan.trim else [list(range(prompt_ids.size(0)))]
+    overhead = max(BUCKET_OVERHEAD_TOKENS, plan.copy_tokens)
+    buckets = length_buckets(lengths, overhead=overhead) if plan.trim else [list(range(prompt_ids.size(0)))]
     share = plan.share and prompt_ids.size(1) >= 2
     cache, inverse = None, None
     if share:
         representatives, inverse = distinct_rows(prompt_ids, prompt_mask)
+        # The prompt's own forward is one more call: taken when the prompt columns it saves pay for its memory.
+        share = (prompt_ids.size(0) - len(representatives)) * (prompt_ids.size(1) - 1) >= plan.copy_tokens
+    if share:
         cache = prompt_cache(model, plan, prompt_ids[representatives, :-1], prompt_mask[representatives, :-1], first)
     pieces = []
     for bucket in buckets:
