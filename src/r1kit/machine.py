@@ -1,10 +1,11 @@
-"""What this machine has, asked the same way everywhere: a CUDA GPU, an installed package. Imports nothing heavy
-until asked (torch only inside `has_cuda`)."""
+"""What this machine has, asked the same way everywhere: a CUDA GPU, an installed package; and what the run's
+processes agree on (`from_main`). Imports nothing heavy until asked (torch only inside the functions)."""
 
 from __future__ import annotations
 
 import functools
 import importlib.util
+from typing import Any
 
 
 def installed(module: str) -> bool:
@@ -33,3 +34,17 @@ def vllm_is_cpu_build() -> bool:
     except importlib.metadata.PackageNotFoundError:
         return False
     return installed("vllm")
+
+
+def from_main(value: Any, world_size: int) -> Any:
+    """`value` as the main process has it, on every process: a decision taken on one process alone (stop, roll back,
+    a lock's verdict) would leave the others waiting in the next collective."""
+    if world_size <= 1:
+        return value
+    import torch.distributed as dist  # deferred: torch
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return value
+    box = [value]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]

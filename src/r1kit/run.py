@@ -42,6 +42,7 @@ from r1kit.callbacks import EvaluateBenchmarksCallback, HeldOutAccuracyCallback
 from r1kit.checkpoints import RUN_RECORD, completed_run, find_resume_checkpoint, read_run_record
 from r1kit.config.schema import RunFields
 from r1kit.errors import ConfigError
+from r1kit.machine import from_main
 
 logger = logging.getLogger(__name__)
 startup_logger = logging.getLogger("r1kit.startup")  # the start-up block: plain lines on the main process
@@ -422,19 +423,6 @@ def begin(training_args: RunFields) -> Lifecycle:
     life.hold_signals()
     _current = life
     return life
-
-
-def from_main(value: Any, world_size: int) -> Any:
-    """`value` as the main process has it, on every process (processes that decided differently would hang)."""
-    if world_size <= 1:
-        return value
-    import torch.distributed as dist  # deferred: torch
-
-    if not (dist.is_available() and dist.is_initialized()):
-        return value
-    box = [value]
-    dist.broadcast_object_list(box, src=0)
-    return box[0]
 
 
 class TrainingDone(Exception):

@@ -37,6 +37,7 @@ from transformers import TrainerCallback, set_seed
 
 from r1kit import records
 from r1kit.errors import ConfigError
+from r1kit.machine import from_main
 from r1kit.rewards.text import completion_text
 
 logger = logging.getLogger(__name__)
@@ -250,20 +251,6 @@ def take_rollback(output_dir: str) -> dict | None:
     return pending
 
 
-def agree(value: Any, world_size: int) -> Any:
-    """`value` as the main process has it, on every process (a stop decided on one process alone would hang the
-    others in the next collective)."""
-    if world_size <= 1:
-        return value
-    import torch.distributed as dist
-
-    if not (dist.is_available() and dist.is_initialized()):
-        return value
-    box = [value]
-    dist.broadcast_object_list(box, src=0)
-    return box[0]
-
-
 class Tripwires(TrainerCallback):
     """Measures the wires at every step end (main process), logs them and acts (every process, as the main decided).
 
@@ -316,7 +303,7 @@ class Tripwires(TrainerCallback):
 
     def on_step_end(self, args, state, control, **kwargs):
         decision = self.check(state.global_step) if self.is_main and self.trainer is not None else None
-        decision = agree(decision, args.world_size)
+        decision = from_main(decision, args.world_size)
         if decision in ("stop", "rollback"):
             control.should_training_stop = True
             if decision == "rollback":
