@@ -7,8 +7,10 @@ action (`warn`, `stop`, or `rollback` to the last checkpoint before it fired, wi
                          accuracy being the first correctness reward's mean (accuracy, cosine, reasoning_gym, code...)
     length_blowup        mean completion length at the window's end / at its start
     length_collapse      mean completion length at the window's start / at its end
-    collapse             the same completion across many prompts: the largest share of a batch's distinct prompts
-                         that got one identical completion, averaged over the window
+    collapse             the same completion across many questions: (the most questions of a batch that got one
+                         identical completion - 1) / (questions - 1), averaged over the window; a question is its
+                         gold answer where rows have one (same answers may rightly share a short reply), else its
+                         prompt
     disagreement         the second opinion's disagreement share, averaged over the window's last measurements
 
 A rise or fall compares the mean of the window's last quarter with the mean of its first quarter (at least one step
@@ -171,17 +173,32 @@ def measure(name: str, history: list[dict], heldout: list[tuple[int, float]], wi
     raise KeyError(name)
 
 
-def identical_share(prompts: list, completions: list) -> float | None:
-    """The largest share of the batch's distinct prompts that got one identical completion (whitespace-trimmed); None
-    with fewer than two distinct prompts."""
-    keys = [completion_text(p) if isinstance(p, list) else str(p) for p in prompts]
-    distinct = len(set(keys))
-    if distinct < 2:
+def gold_key(row: Any) -> str | None:
+    """A row's gold answer as text (`solution`, else `answer`), or None."""
+    if not isinstance(row, dict):
         return None
-    prompts_of: dict[str, set[str]] = {}
+    gold = row.get("solution", row.get("answer"))
+    return None if gold is None else str(gold).strip()
+
+
+def identical_share(prompts: list, completions: list, inputs: list | None = None) -> float | None:
+    """How far one identical completion (whitespace-trimmed) spreads over the batch's questions: (the most questions
+    that got one same completion - 1) / (questions - 1), 0 when no two questions share a completion, 1 when all got
+    one. A question is its gold answer where the rows have one (two prompts with the same answer may rightly get the
+    same short reply: "The final answer is 7."), else its prompt. None with fewer than two questions."""
+    inputs = inputs or []
+    keys = []
+    for i, prompt in enumerate(prompts):
+        gold = gold_key(inputs[i]) if i < len(inputs) else None
+        keys.append(gold if gold is not None else "prompt:" + (completion_text(prompt) if isinstance(prompt, list)
+                                                               else str(prompt)))
+    questions = len(set(keys))
+    if questions < 2:
+        return None
+    questions_of: dict[str, set[str]] = {}
     for key, completion in zip(keys, completions):
-        prompts_of.setdefault(completion_text(completion).strip(), set()).add(key)
-    return max(len(p) for p in prompts_of.values()) / distinct
+        questions_of.setdefault(completion_text(completion).strip(), set()).add(key)
+    return (max(len(q) for q in questions_of.values()) - 1) / (questions - 1)
 
 
 class IdenticalCompletions(TrainerCallback):
@@ -190,7 +207,7 @@ class IdenticalCompletions(TrainerCallback):
 
     def __call__(self, trainer, prompts: list, completions: list, rewards, inputs=None) -> None:
         if trainer.model.training and trainer.accelerator.is_main_process:
-            share = identical_share(prompts, completions)
+            share = identical_share(prompts, completions, inputs)
             if share is not None:
                 trainer._metrics["train"][IDENTICAL_METRIC].append(share)
 
