@@ -55,10 +55,13 @@ def test_a_wire_waits_for_a_full_window_and_skips_a_run_without_its_measure():
 
 
 def test_identical_completions_across_prompts():
-    assert identical_share(["a", "b", "c", "d"], ["x", "x", "x", "y"]) == 2 / 3  # 3 of 4 prompts share "x"
+    assert identical_share(["a", "b", "c", "d"], ["x", "x", "x", "y"]) == 2 / 3  # 3 of 4 prompts answer "x"
     assert identical_share(["a", "a", "b", "b"], ["1", "2", "3", "4"]) == 0.0  # nothing shared across prompts
     assert identical_share(["a", "b", "c"], ["x", "x", "x"]) == 1.0
     assert identical_share(["a", "a"], ["x", "x"]) is None  # one prompt: no collapse to measure
+    # A reply one of a prompt's rows shares with another prompt's majority is no take-over; a majority reply is.
+    assert identical_share(["a"] * 4 + ["b"] * 4, ["x", "y", "z", "w", "x", "x", "x", "v"]) == 0.0
+    assert identical_share(["a"] * 4 + ["b"] * 4, ["x", "x", "z", "w", "x", "x", "x", "v"]) == 1.0
     # Two questions with the same gold may rightly get the same short reply; different golds may not.
     same_gold = [{"answer": "7"}, {"answer": "7"}, {"answer": "3"}, {"answer": "5"}]
     assert identical_share(["a", "b", "c", "d"], ["is 7", "is 7", "is 3", "is 5"], same_gold) == 0.0

@@ -7,10 +7,9 @@ action (`warn`, `stop`, or `rollback` to the last checkpoint before it fired, wi
                          accuracy being the first correctness reward's mean (accuracy, cosine, reasoning_gym, code...)
     length_blowup        mean completion length at the window's end / at its start
     length_collapse      mean completion length at the window's start / at its end
-    collapse             the same completion across many questions: (the most questions of a batch that got one
-                         identical completion - 1) / (questions - 1), averaged over the window; a question is its
-                         gold answer where rows have one (same answers may rightly share a short reply), else its
-                         prompt
+    collapse             one completion taking over: (the most questions of a batch whose majority reply is one same
+                         completion - 1) / (questions - 1), averaged over the window; a question is its gold answer
+                         where rows have one (same answers may rightly share a short reply), else its prompt
     disagreement         the second opinion's disagreement share, averaged over the window's last measurements
 
 A rise or fall compares the mean of the window's last quarter with the mean of its first quarter (at least one step
@@ -27,6 +26,7 @@ so every process stops at the same step.
 
 from __future__ import annotations
 
+import collections
 import difflib
 import json
 import logging
@@ -182,23 +182,27 @@ def gold_key(row: Any) -> str | None:
 
 
 def identical_share(prompts: list, completions: list, inputs: list | None = None) -> float | None:
-    """How far one identical completion (whitespace-trimmed) spreads over the batch's questions: (the most questions
-    that got one same completion - 1) / (questions - 1), 0 when no two questions share a completion, 1 when all got
-    one. A question is its gold answer where the rows have one (two prompts with the same answer may rightly get the
-    same short reply: "The final answer is 7."), else its prompt. None with fewer than two questions."""
+    """How far one completion has taken over the batch's questions: (the most questions whose majority reply is one
+    same completion - 1) / (questions - 1), 0 when no two questions share their majority reply, 1 when every question
+    gets the same one. A question's majority reply is the completion (whitespace-trimmed) at least half its rows got;
+    a question is its gold answer where the rows have one (two prompts with the same answer may rightly share a short
+    reply: "The final answer is 7."), else its prompt. None with fewer than two questions."""
     inputs = inputs or []
-    keys = []
-    for i, prompt in enumerate(prompts):
+    replies_of: dict[str, list[str]] = {}
+    for i, (prompt, completion) in enumerate(zip(prompts, completions)):
         gold = gold_key(inputs[i]) if i < len(inputs) else None
-        keys.append(gold if gold is not None else "prompt:" + (completion_text(prompt) if isinstance(prompt, list)
-                                                               else str(prompt)))
-    questions = len(set(keys))
-    if questions < 2:
+        key = gold if gold is not None else "prompt:" + (completion_text(prompt) if isinstance(prompt, list)
+                                                          else str(prompt))
+        replies_of.setdefault(key, []).append(completion_text(completion).strip())
+    if len(replies_of) < 2:
         return None
-    questions_of: dict[str, set[str]] = {}
-    for key, completion in zip(keys, completions):
-        questions_of.setdefault(completion_text(completion).strip(), set()).add(key)
-    return (max(len(q) for q in questions_of.values()) - 1) / (questions - 1)
+    questions_of: dict[str, int] = {}
+    for replies in replies_of.values():
+        reply, count = max(sorted(collections.Counter(replies).items()), key=lambda item: item[1])
+        if 2 * count >= len(replies):
+            questions_of[reply] = questions_of.get(reply, 0) + 1
+    most = max(questions_of.values(), default=1)
+    return (most - 1) / (len(replies_of) - 1)
 
 
 class IdenticalCompletions(TrainerCallback):
