@@ -45,3 +45,30 @@ def test_two_ranks_train_together_and_write_one_checkpoint(tmp_path, tiny_model_
     # Each rank scores its own completions; only the main process writes them down (its 4 per step).
     rows = (out / "completions.jsonl").read_text().splitlines()
     assert len(rows) == 2 * 4
+
+
+@pytest.mark.slow
+def test_two_ranks_roll_back_and_stop_together_when_a_tripwire_fires(tmp_path, tiny_model_dir, math_jsonl):
+    """The main process decides a tripwire's action and every rank follows: a rollback trains both ranks again from
+    the same checkpoint, and the stop after it ends both (a rank left behind would wait forever in a collective)."""
+    out = tmp_path / "out"
+    recipe = tiny_recipe(tiny_model_dir, math_jsonl, out, max_steps=4, save_steps=1, use_cpu=True,
+                         per_device_train_batch_size=4, num_generations=4, tripwire_max_rollbacks=1,
+                         tripwires={"length_blowup": {"threshold": 0.0, "window": 2, "action": "rollback"}})
+    path = write_recipe(tmp_path, **recipe)
+    torchrun = shutil.which("torchrun") or str(Path(sys.executable).with_name("torchrun"))
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    env.pop("MASTER_PORT", None)
+    result = subprocess.run(
+        [torchrun, "--standalone", "--nproc_per_node", "2", "-m", "r1kit.grpo", "--config", str(path)],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=600,
+    )
+    log = result.stdout + result.stderr
+    assert result.returncode == 0, log[-4000:]
+    assert "Process rank 1 / world size 2" in log
+    # Fires at step 2 (the window is full): back to checkpoint-1; fires again at step 3: no rollback left, so stop.
+    ledger = json.loads((out / "tripwire_rollbacks.json").read_text())
+    assert [(d["step"], Path(d["checkpoint"]).name) for d in ledger["done"]] == [(2, "checkpoint-1")]
+    assert json.loads((out / "trainer_state.json").read_text())["global_step"] == 3
+    fired = [json.loads(line) for line in (out / "tripwires.jsonl").read_text().splitlines()]
+    assert [(f["step"], f["action"]) for f in fired][-1] == (3, "stop")
