@@ -16,12 +16,8 @@ from tests.helpers import tiny_recipe, write_recipe
 REPO = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.slow
-def test_two_ranks_train_together_and_write_one_checkpoint(tmp_path, tiny_model_dir, math_jsonl):
-    out = tmp_path / "out"
-    # use_cpu makes accelerate form a gloo group (without it, each torchrun rank would train alone).
-    recipe = tiny_recipe(tiny_model_dir, math_jsonl, out, max_steps=2, save_steps=2, use_cpu=True,
-                         per_device_train_batch_size=4, num_generations=4)
+def train_on_two_ranks(tmp_path, recipe: dict) -> tuple[subprocess.CompletedProcess, str]:
+    """`torchrun --nproc_per_node 2 -m r1kit.grpo` on the recipe, as users launch; (the result, its whole log)."""
     path = write_recipe(tmp_path, **recipe)
     torchrun = shutil.which("torchrun") or str(Path(sys.executable).with_name("torchrun"))
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
@@ -31,7 +27,16 @@ def test_two_ranks_train_together_and_write_one_checkpoint(tmp_path, tiny_model_
         [torchrun, "--standalone", "--nproc_per_node", "2", "-m", "r1kit.grpo", "--config", str(path)],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=600,
     )
-    log = result.stdout + result.stderr
+    return result, result.stdout + result.stderr
+
+
+@pytest.mark.slow
+def test_two_ranks_train_together_and_write_one_checkpoint(tmp_path, tiny_model_dir, math_jsonl):
+    out = tmp_path / "out"
+    # use_cpu makes accelerate form a gloo group (without it, each torchrun rank would train alone).
+    recipe = tiny_recipe(tiny_model_dir, math_jsonl, out, max_steps=2, save_steps=2, use_cpu=True,
+                         per_device_train_batch_size=4, num_generations=4)
+    result, log = train_on_two_ranks(tmp_path, recipe)
     assert result.returncode == 0, log[-4000:]
     assert "Process rank 0 / world size 2" in log and "Process rank 1 / world size 2" in log
     assert json.loads((out / "r1kit_run.json").read_text())["world_size"] == 2
@@ -55,15 +60,7 @@ def test_two_ranks_roll_back_and_stop_together_when_a_tripwire_fires(tmp_path, t
     recipe = tiny_recipe(tiny_model_dir, math_jsonl, out, max_steps=4, save_steps=1, use_cpu=True,
                          per_device_train_batch_size=4, num_generations=4, tripwire_max_rollbacks=1,
                          tripwires={"length_blowup": {"threshold": 0.0, "window": 2, "action": "rollback"}})
-    path = write_recipe(tmp_path, **recipe)
-    torchrun = shutil.which("torchrun") or str(Path(sys.executable).with_name("torchrun"))
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
-    env.pop("MASTER_PORT", None)
-    result = subprocess.run(
-        [torchrun, "--standalone", "--nproc_per_node", "2", "-m", "r1kit.grpo", "--config", str(path)],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=600,
-    )
-    log = result.stdout + result.stderr
+    result, log = train_on_two_ranks(tmp_path, recipe)
     assert result.returncode == 0, log[-4000:]
     assert "Process rank 1 / world size 2" in log
     # Fires at step 2 (the window is full): back to checkpoint-1; fires again at step 3: no rollback left, so stop.

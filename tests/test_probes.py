@@ -5,7 +5,6 @@ pass every probe and pay every gold full marks."""
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 
@@ -13,7 +12,7 @@ from r1kit.cli import main
 from r1kit.config.recipe import parse_args
 from r1kit.probes import GENERIC, GOLD, check_rewards, load_train_split, probe_rewards, raise_on_failures, table
 from r1kit.sandbox.jail import probe as jail_problem
-from tests.helpers import raises_naming, tiny_recipe, write_recipe
+from tests.helpers import descendants, raises_naming, tiny_recipe, write_recipe
 
 PLANTED = "tests.rewards_for_tests:gold_anywhere"
 
@@ -128,20 +127,6 @@ def test_the_command_prints_the_table(tmp_path, capsys):
     assert hedge.split()[2:] == ["<=", "0", "0", "ok"]
 
 
-def children() -> set[int]:
-    """This process's child processes (from /proc)."""
-    found = set()
-    for entry in os.listdir("/proc"):
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        if int(stat.rsplit(")", 1)[1].split()[1]) == os.getpid():
-            found.add(int(entry))
-    return found
-
-
 CODE_ROWS = [  # two tests with different outputs each, then a row with a single test (a constant passes it)
     {"problem": "Print the sum of two numbers.",
      "verification_info": {"language": "python", "test_cases": [{"input": "1 2\n", "output": "3"},
@@ -161,7 +146,7 @@ def test_code_probes_run_bounded_in_the_jail_and_flag_a_row_a_constant_passes(tm
     data.write_text("".join(json.dumps(r) + "\n" for r in CODE_ROWS))
     keys = recipe(tmp_path, data, reward_funcs=["binary_code", "code"], parallel_code_exec_per_proc=2)
     script_args, training_args, _ = parse_args(["--config", str(write_recipe(tmp_path, **keys))])
-    before = children()
+    before = descendants()
     results = {(r.reward, r.probe): r for r in
                probe_rewards(script_args, training_args, load_train_split(script_args, training_args))}
     for reward in ("binary_code", "code"):
@@ -172,7 +157,7 @@ def test_code_probes_run_bounded_in_the_jail_and_flag_a_row_a_constant_passes(tm
     # The single-test row is passed by printing its output: binary_code pays 1.0 there (above 0.5), code too.
     assert results[("binary_code", "print_expected")].verdict == "ABOVE BOUND"
     assert results[("code", "print_expected")].got == 1.0
-    assert children() <= before  # no program, jail or loop outlives its probe
+    assert descendants() <= before  # no program, jail or loop outlives its probe
     with raises_naming("binary_code:print_expected", "code:print_expected", "probe_acknowledged"):
         raise_on_failures(list(results.values()))
     assert "print_expected" in table(list(results.values()))
@@ -194,11 +179,11 @@ def test_cf_code_is_probed_on_its_official_tests_and_a_constant_answer_is_flagge
     data.write_text("".join(json.dumps(r) + "\n" for r in CF_ROWS))
     keys = recipe(tmp_path, data, reward_funcs=["cf_code"], code_eval_scoring_mode="partial")
     script_args, training_args, _ = parse_args(["--config", str(write_recipe(tmp_path, **keys))])
-    before = children()
+    before = descendants()
     results = {r.probe: r for r in probe_rewards(script_args, training_args, load_train_split(script_args, training_args))
                if r.reward == "cf_code"}
     for probe in ("exit0", "always_equal", "infinite_loop", "read_tests", "empty", "prompt_echo", "huge"):
         assert results[probe].verdict == "ok" and results[probe].got <= 0.0, (probe, results[probe])
     # "YES" for every test: printing the first test's output passes them all (partial 1.0, above its bound 0.5).
     assert results["print_expected"].bound == 0.5 and results["print_expected"].verdict == "ABOVE BOUND"
-    assert children() <= before
+    assert descendants() <= before

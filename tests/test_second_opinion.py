@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from r1kit.second_opinion import SecondOpinion, math_verdict, pick_rows, read_number
-from tests.helpers import tiny_recipe
+from tests.helpers import descendants, tiny_recipe, write_recipe
 from tests.test_grpo import run_recipe
 
 
@@ -114,6 +114,15 @@ def test_format_and_user_rewards_get_no_second_opinion_unless_declared(tmp_path)
     assert not SecondOpinion(["accuracy"], str(tmp_path), samples=0).active
 
 
+def test_a_recipe_naming_a_reward_it_does_not_train_with_is_refused_before_the_model_loads(tmp_path, tiny_model_dir,
+                                                                                             math_jsonl, capsys):
+    from r1kit.cli import main
+
+    recipe = tiny_recipe(tiny_model_dir, math_jsonl, tmp_path / "out", second_opinion_kinds={"my.mod:judge": "math"})
+    assert main(["grpo", "--config", str(write_recipe(tmp_path, **recipe)), "--dry-run"]) == 2
+    assert "second_opinion_kinds names my.mod:judge" in capsys.readouterr().err
+
+
 @pytest.mark.slow
 def test_training_logs_the_disagreement_of_a_lying_reward_and_none_for_accuracy(tmp_path, tiny_model_dir, math_jsonl):
     out = tmp_path / "out"
@@ -145,7 +154,9 @@ def test_code_is_judged_again_in_a_fresh_jail_with_the_tests_reversed():
     info = {"test_cases": [{"input": str(i), "output": str(i)} for i in (1, 7, 3)]}
     texts = [ECHO_RIGHT, ECHO_SEVEN_WRONG, EARLY_EXIT, "no code at all", ECHO_RIGHT]
     rows = [info, info, info, info, {"test_cases": "not a list"}]  # the last row cannot be judged
+    before = descendants()
     assert code_verdicts(texts, rows, "python", allow_unsandboxed=False) == [True, False, False, False, None]
+    assert descendants() <= before  # no program or jail outlives its verdict
 
 
 @pytest.mark.slow

@@ -152,14 +152,10 @@ def reward_watch_listeners(script_args: GRPOScriptArguments, training_args: GRPO
     if not is_main:
         return []
     listeners: list = [IdenticalCompletions()] if training_args.tripwires_enabled else []
-    kinds = training_args.second_opinion_kinds or {}
-    unknown = [name for name in kinds if name not in script_args.reward_funcs]
-    if unknown:
-        raise ConfigError(f"second_opinion_kinds names {unknown}, which reward_funcs does not; rewards: "
-                          f"{', '.join(script_args.reward_funcs)}")
-    if training_args.second_opinion_samples > 0:
+    if training_args.second_opinion_samples > 0:  # (preflight checked that second_opinion_kinds names its rewards)
         opinion = SecondOpinion(
-            script_args.reward_funcs, training_args.output_dir, training_args.second_opinion_samples, kinds,
+            script_args.reward_funcs, training_args.output_dir, training_args.second_opinion_samples,
+            training_args.second_opinion_kinds or {},
             timeout=script_args.reward_timeout, gym_mode=script_args.reasoning_gym_answer,
             code_language=script_args.code_language,
             allow_unsandboxed=script_args.allow_unsandboxed_code_execution,

@@ -96,6 +96,10 @@ def check_rules(script_args: GRPOScriptArguments, training_args: GRPOConfig, mod
     if training_args.curriculum_active and training_args.curriculum_reward not in names:
         raise ConfigError(f"curriculum_reward '{training_args.curriculum_reward}' is not in reward_funcs "
                           f"({', '.join(names)}); the curriculum measures pass rates with one of the run's rewards")
+    unknown = [name for name in training_args.second_opinion_kinds or {} if name not in names]
+    if unknown:
+        raise ConfigError(f"second_opinion_kinds names {', '.join(unknown)}, which reward_funcs does not have "
+                          f"({', '.join(names)})")
     check_callback_names(training_args.callbacks)
     checkpoints.check_resume(training_args.resume)
     if "repetition_penalty" in names and script_args.repetition_language == "zh" and not installed("jieba"):

@@ -42,6 +42,7 @@ from r1kit.rewards.code import BadRow, as_mapping
 from r1kit.rewards.competitive import cf_score
 from r1kit.rewards.gym import check_gym_scoring, parse_record
 from r1kit.sandbox import jail
+from r1kit.second_opinion import last_boxed
 
 logger = logging.getLogger(__name__)
 
@@ -143,19 +144,6 @@ def full_marks(name: str, kind: str, script_args: Any) -> float | None:
 # --------------------------------------------------------------------------------------------------------------------
 # Probe replies, from a row
 # --------------------------------------------------------------------------------------------------------------------
-def _boxed_content(text: str) -> str | None:
-    """The content of the last `\\boxed{...}` in `text` (braces balanced), or None."""
-    start = text.rfind("\\boxed{")
-    if start < 0:
-        return None
-    depth, begin = 0, start + len("\\boxed{")
-    for i in range(begin, len(text)):
-        depth += {"{": 1, "}": -1}.get(text[i], 0)
-        if depth < 0:
-            return text[begin:i]
-    return None
-
-
 def _record_answer(record: Any) -> str | None:
     parsed = parse_record(record)  # the reward's own reading of the record (size and depth bounded)
     return str(parsed["entry"]["answer"]) if parsed is not None else None
@@ -168,7 +156,7 @@ def row_gold(row: dict, name: str) -> tuple[str, bool] | None:
     math_gold = reasoning = None
     if isinstance(row.get("solution"), str) and row["solution"].strip():
         solution = row["solution"]
-        math_gold = _boxed_content(solution) or solution.strip().strip("$").strip()
+        math_gold = last_boxed(solution) or solution.strip().strip("$").strip()
     if row.get("reasoning_gym") is not None:
         reasoning = _record_answer(row["reasoning_gym"])
     if name == "reasoning_gym":

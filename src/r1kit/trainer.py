@@ -358,7 +358,8 @@ class R1Trainer(StopOnNonFiniteGradients, GRPOTrainer):
         self._generate_every = self.args.steps_per_generation * self.num_iterations
         self._snapshots = self.picker is not None and self.args.gradient_accumulation_steps % self._generate_every != 0
         self._state_before_generation: dict | None = None
-        self._trim_notes: set[str] = set()  # why trimming stood down, each said once
+        self._pass_notes: set[str] = set()  # why a part of the training pass stood down, each said once
+        self._plans: dict[tuple, PassPlan | None] = {}  # the training pass's plan per model and state
 
     def _colocated_engine(self) -> ColocatedEngine | None:
         """The engine other generation can share: colocated vLLM on one device per engine. Not with sleep mode (the
@@ -476,14 +477,22 @@ class R1Trainer(StopOnNonFiniteGradients, GRPOTrainer):
                            f"{', '.join(extra) or 'an MoE auxiliary loss'} (they cannot be kept exact there); "
                            "those batches take TRL's dense pass")
             return None
-        unwrapped = self.accelerator.unwrap_model(model)
-        if hasattr(unwrapped, "get_base_model"):  # PEFT
-            unwrapped = unwrapped.get_base_model()
-        plan, notes = plan_for(unwrapped, args.trim_padding, args.shared_prompt_pass)
-        plan.copy_tokens = call_copy_tokens(unwrapped, self._autocast_dtype())
-        for note in notes:  # the start-up block says these already (`training_pass_summary`)
-            self._say_once(note, logging.INFO)
-        return plan if plan.trim or plan.share else None
+        bare = self._bare_model(model)
+        # Planned once per model and state (it walks the modules and parameters), not on every micro-batch.
+        key = (id(bare), bare.training, bool(getattr(bare, "is_gradient_checkpointing", False)), args.trim_padding,
+               args.shared_prompt_pass)
+        if key not in self._plans:
+            plan, notes = plan_for(bare, args.trim_padding, args.shared_prompt_pass)
+            plan.copy_tokens = call_copy_tokens(bare, self._autocast_dtype())
+            for note in notes:  # the start-up block says these already (`training_pass_summary`)
+                self._say_once(note, logging.INFO)
+            self._plans[key] = plan if plan.trim or plan.share else None
+        return self._plans[key]
+
+    def _bare_model(self, model) -> torch.nn.Module:
+        """`model` without its DDP/DeepSpeed wrapper and its PEFT adapter wrapper: the transformers model."""
+        bare = self.accelerator.unwrap_model(model)
+        return bare.get_base_model() if hasattr(bare, "get_base_model") else bare
 
     def _autocast_dtype(self) -> torch.dtype | None:
         """The low-precision type accelerate's autocast computes in, or None without mixed precision."""
@@ -491,10 +500,7 @@ class R1Trainer(StopOnNonFiniteGradients, GRPOTrainer):
 
     def training_pass_summary(self) -> str:
         """One line for the start-up block: what the training pass does for this model."""
-        unwrapped = self.accelerator.unwrap_model(self.model)
-        if hasattr(unwrapped, "get_base_model"):  # PEFT
-            unwrapped = unwrapped.get_base_model()
-        plan, notes = plan_for(unwrapped, self.args.trim_padding, self.args.shared_prompt_pass, training=True,
+        plan, notes = plan_for(self._bare_model(self.model), self.args.trim_padding, self.args.shared_prompt_pass, training=True,
                                gradient_checkpointing=self.args.gradient_checkpointing)
         parts = [("each distinct prompt computed once per micro-batch" if plan.share
                   else "each completion recomputes its prompt"),
@@ -502,8 +508,8 @@ class R1Trainer(StopOnNonFiniteGradients, GRPOTrainer):
         return "; ".join(parts) + (f" ({'; '.join(notes)})" if notes else "") + ", exact"
 
     def _say_once(self, message: str, level: int = logging.WARNING) -> None:
-        if message not in self._trim_notes:
-            self._trim_notes.add(message)
+        if message not in self._pass_notes:
+            self._pass_notes.add(message)
             if self.accelerator.is_main_process:
                 logger.log(level, message)
 

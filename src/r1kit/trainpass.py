@@ -15,8 +15,8 @@ generation batch, and every prompt is computed once per completion, G times per 
 
 Both go through the model's own forward (the fused LM head TRL adds, PEFT, DDP), with explicit position ids equal to
 the dense pass's column numbers, so log-probabilities, entropies, the loss and every gradient equal TRL's dense pass
-up to fp32 summation order (tests/test_training_pass.py states the tolerance). Where that cannot hold, the pass says
-why once and goes dense (`SharedPromptPlan.why_not`).
+up to fp32 summation order (tests/test_trainpass.py states the tolerance). Where that cannot hold, `plan_for` turns
+the part off and says why (the trainer says it once; the start-up block's `pass` line too).
 """
 
 from __future__ import annotations
