@@ -1,9 +1,11 @@
-"""The exact training pass (`trim_padding`, `shared_prompt_pass`): TRL's dense results on fewer tokens.
+"""The exact training passes (`training_pass: bucketed | packed`, with `trim_padding` and `shared_prompt_pass`):
+TRL's dense results on fewer tokens.
 
 Each exactness test builds one micro-batch as TRL hands it to the loss (two prompt groups, left-padded prompts,
 right-padded completions, a completion width set by a longer completion elsewhere in the generation batch),
-computes the loss, the per-token log-probabilities and entropies and every gradient with both features off (TRL's
-dense pass) and with each on, and compares them in fp32.
+computes the loss, the per-token log-probabilities and entropies and every gradient with TRL's dense pass and with
+each pass and mode, and compares them in fp32. The packed pass runs here through its SDPA mask: the CPU path, and the
+oracle for the FlexAttention path (which has no backward on CPU; tests/test_packing.py checks its forward).
 """
 
 from __future__ import annotations
@@ -21,7 +23,10 @@ from r1kit.trainpass import distinct_rows, length_buckets
 TOLERANCE = {"rtol": 1e-4, "atol": 2e-6}  # fp32, same weights: only the summation order differs
 PROMPT_LENGTHS = [3, 3, 6, 6]  # two groups of two; padded to 8, so the first two columns are padding in every row
 COMPLETION_LENGTHS = [2, 7, 5, 3]  # padded to 10: the last three columns are padding in every row
-MODES = [(True, False), (False, True), (True, True)]  # (trim_padding, shared_prompt_pass)
+# (training_pass, trim_padding, shared_prompt_pass)
+DENSE = ("dense", False, False)
+MODES = [("bucketed", True, False), ("bucketed", False, True), ("bucketed", True, True), ("packed", True, False),
+         ("packed", True, True)]
 
 
 def tiny_model(kind: str, vocab: int, dropout: float = 0.0):
@@ -96,7 +101,7 @@ def backbone_tokens(trainer) -> list[int]:
     return count, model.base_model.register_forward_pre_hook(add, with_kwargs=True)
 
 
-def loss_pass(trainer, batch: dict, trim: bool, share: bool):
+def loss_pass(trainer, batch: dict, mode: tuple):
     """(loss, per-token log-probabilities and entropies as the loss saw them, every trainable parameter's gradient,
     tokens the backbone ran on)."""
     seen = []
@@ -107,7 +112,7 @@ def loss_pass(trainer, batch: dict, trim: bool, share: bool):
         seen.append((result[0].detach(), result[1].detach() if result[1] is not None else None))
         return result
 
-    trainer.args.trim_padding, trainer.args.shared_prompt_pass = trim, share
+    trainer.args.training_pass, trainer.args.trim_padding, trainer.args.shared_prompt_pass = mode
     trainer._get_per_token_logps_and_entropies = spy
     trainer.model.zero_grad()
     count, hook = backbone_tokens(trainer)
@@ -123,12 +128,12 @@ def loss_pass(trainer, batch: dict, trim: bool, share: bool):
 
 def assert_exact(trainer, batch: dict, modes=MODES) -> dict:
     """Every mode against the dense pass; returns the backbone tokens per mode."""
-    dense_loss, (dense_logps, dense_entropy), dense_grads, dense_tokens = loss_pass(trainer, batch, False, False)
+    dense_loss, (dense_logps, dense_entropy), dense_grads, dense_tokens = loss_pass(trainer, batch, DENSE)
     assert all(g is not None for g in dense_grads.values())
     mask = batch["completion_mask"].bool()
-    tokens = {(False, False): dense_tokens}
-    for trim, share in modes:
-        loss, (logps, entropy), grads, tokens[(trim, share)] = loss_pass(trainer, batch, trim, share)
+    tokens = {DENSE: dense_tokens}
+    for mode in modes:
+        loss, (logps, entropy), grads, tokens[mode] = loss_pass(trainer, batch, mode)
         torch.testing.assert_close(logps[mask], dense_logps[mask], **TOLERANCE)
         assert torch.all(logps[~mask] == 0)  # as TRL's fused head leaves them
         torch.testing.assert_close(entropy[mask], dense_entropy[mask], **TOLERANCE)
@@ -158,10 +163,14 @@ def test_each_mode_equals_the_dense_pass(tmp_path, kind, loss_type, config):
     tokens = assert_exact(trainer, batch)
     # Dense: 4 rows x 18 columns. Trimmed: 2 leading columns go, rows in length buckets. Shared: 2 prompts of 7
     # columns once, then each row's last prompt token and its completion columns.
-    assert tokens[(False, False)] == 72
-    assert tokens[(True, False)] < tokens[(False, False)]
-    assert tokens[(False, True)] == 2 * 7 + 4 * 11
-    assert tokens[(True, True)] < tokens[(True, False)]
+    assert tokens[DENSE] == 72
+    assert tokens[MODES[0]] < tokens[DENSE]
+    assert tokens[MODES[1]] == 2 * 7 + 4 * 11
+    assert tokens[MODES[2]] < tokens[MODES[0]]
+    # Packed: every real token once in one row. Alone, each row's prompt (3, 3, 6, 6) and completion (2, 7, 5, 3);
+    # shared, each prompt once, plus its last token again at the head of each of its completions.
+    assert tokens[MODES[3]] == 3 + 3 + 6 + 6 + 2 + 7 + 5 + 3
+    assert tokens[MODES[4]] == 3 + 6 + 2 + 7 + 5 + 3 + 2
 
 
 @pytest.mark.slow
@@ -186,21 +195,24 @@ def test_old_and_reference_passes_in_chunks_equal_the_dense_pass(tmp_path):
     ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1).repeat(2, 1)
     mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1).repeat(2, 1)
     results = {}
-    for mode in [(False, False), (True, True)]:
-        trainer.args.trim_padding, trainer.args.shared_prompt_pass = mode
+    for mode in [DENSE, *MODES]:
+        trainer.args.training_pass, trainer.args.trim_padding, trainer.args.shared_prompt_pass = mode
         with torch.no_grad():
             results[mode] = trainer._get_per_token_logps_and_entropies(trainer.model, ids, mask, 10, batch_size=3)[0]
-    torch.testing.assert_close(results[(True, True)], results[(False, False)], **TOLERANCE)
-    assert torch.all(results[(True, True)][3] == 0)
+    for mode in MODES:
+        torch.testing.assert_close(results[mode], results[DENSE], **TOLERANCE)
+        assert torch.all(results[mode][3] == 0)
 
 
 @pytest.mark.slow
 def test_gradient_checkpointing_keeps_the_buckets_and_says_why_the_prompt_is_not_shared(tmp_path, caplog):
     trainer = build_trainer(tmp_path, "llama", gradient_checkpointing=True)
     trainer.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})  # as train() does
-    with caplog.at_level(logging.INFO, logger="r1kit.trainer"):
-        tokens = assert_exact(trainer, micro_batch(len(trainer.processing_class)), modes=[(True, True), (True, True)])
-    assert tokens[(True, True)] < tokens[(False, False)]  # the buckets still cut padding
+    with caplog.at_level(logging.INFO, logger="r1kit"):
+        tokens = assert_exact(trainer, micro_batch(len(trainer.processing_class)),
+                              modes=[MODES[2], MODES[2], MODES[4]])
+    assert tokens[MODES[2]] < tokens[DENSE]  # the buckets still cut padding
+    assert tokens[MODES[4]] == 3 + 6 + 2 + 7 + 5 + 3 + 2  # the packed pass shares the prompt: no cache to drop
     notes = [r.getMessage() for r in caplog.records if "shared_prompt_pass: off" in r.getMessage()]
     assert len(notes) == 1 and "gradient checkpointing" in notes[0]
 
@@ -208,9 +220,12 @@ def test_gradient_checkpointing_keeps_the_buckets_and_says_why_the_prompt_is_not
 @pytest.mark.slow
 def test_active_dropout_does_not_share_the_prompt_and_says_so(tmp_path, caplog):
     trainer = build_trainer(tmp_path, "gpt2", dropout=0.1)
-    with caplog.at_level(logging.INFO, logger="r1kit.trainer"):
-        loss_pass(trainer, micro_batch(len(trainer.processing_class)), True, True)
+    with caplog.at_level(logging.INFO, logger="r1kit"):
+        loss_pass(trainer, micro_batch(len(trainer.processing_class)), MODES[2])
+        packed_tokens = loss_pass(trainer, micro_batch(len(trainer.processing_class)), MODES[4])[3]
     assert any("shared_prompt_pass: off" in r.getMessage() and "dropout" in r.getMessage() for r in caplog.records)
+    assert any("own prompt" in r.getMessage() and "dropout" in r.getMessage() for r in caplog.records)
+    assert packed_tokens == 3 + 3 + 6 + 6 + 2 + 7 + 5 + 3  # packed, but each row with its own prompt
 
 
 @pytest.mark.slow
@@ -218,11 +233,11 @@ def test_unknown_model_type_keeps_leading_padding_and_its_prompts_and_says_so_on
     trainer = build_trainer(tmp_path, "llama")
     trainer.model.config.model_type = "some_new_model"  # not known to number positions by column
     batch = micro_batch(len(trainer.processing_class))
-    with caplog.at_level(logging.INFO, logger="r1kit.trainer"):
+    with caplog.at_level(logging.INFO, logger="r1kit"):
         for _ in range(2):
-            assert_exact(trainer, batch, modes=[(True, True)])
+            assert_exact(trainer, batch, modes=[MODES[2], MODES[4]])
     notes = [r.getMessage() for r in caplog.records if "some_new_model" in r.getMessage()]
-    assert len(notes) == 2  # one per feature, once each
+    assert len(notes) == 3  # one per feature and pass, once each
     assert any("leading prompt padding stays" in n for n in notes) and any("shared_prompt_pass: off" in n for n in notes)
 
 
@@ -232,7 +247,7 @@ def test_a_batch_with_token_types_takes_the_dense_pass_and_says_so_once(tmp_path
     batch = micro_batch(len(trainer.processing_class))
     ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
     mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
-    with caplog.at_level(logging.WARNING, logger="r1kit.trainer"), torch.no_grad():
+    with caplog.at_level(logging.WARNING, logger="r1kit"), torch.no_grad():
         for _ in range(2):  # a multimodal batch's extra input
             trainer._get_per_token_logps_and_entropies(trainer.model, ids, mask, 10, token_type_ids=torch.zeros_like(ids))
     notes = [r.getMessage() for r in caplog.records if "token_type_ids" in r.getMessage()]
@@ -328,12 +343,16 @@ def test_two_ranks_under_ddp_get_the_dense_gradients(tmp_path):
 
 @pytest.mark.slow
 def test_the_start_up_line_says_what_the_pass_does_for_the_run(tmp_path):
-    shared = build_trainer(tmp_path / "a", "llama").training_pass_summary()
-    assert shared.startswith("each distinct prompt computed once") and "length buckets" in shared
+    measured = build_trainer(tmp_path / "a", "llama").training_pass_summary()
+    assert measured.startswith("the fastest of dense, bucketed, packed, measured on this cpu") and "exact" in measured
     checkpointed = build_trainer(tmp_path / "b", "llama", gradient_checkpointing=True).training_pass_summary()
-    assert "recomputes its prompt" in checkpointed and "gradient checkpointing" in checkpointed
+    assert "packed" in checkpointed and "gradient checkpointing" in checkpointed
     dropout = build_trainer(tmp_path / "c", "gpt2", dropout=0.1).training_pass_summary()
-    assert "recomputes its prompt" in dropout and "disable_dropout" in dropout
+    assert "own prompt" in dropout and "disable_dropout" in dropout
+    fixed = build_trainer(tmp_path / "d", "llama", training_pass="packed").training_pass_summary()
+    assert fixed.startswith("one packed row")
+    dense = build_trainer(tmp_path / "e", "llama", training_pass="dense").training_pass_summary()
+    assert dense.startswith("TRL's dense pass")
 
 
 def test_attention_implementations_not_verified_exact_keep_the_buckets_but_not_the_shared_prompt():

@@ -64,8 +64,8 @@ from r1kit import records
 from r1kit.curriculum import SAMPLING_STATE, CurriculumRules, PromptPicker, join_pieces, prompt_key, slice_rows
 from r1kit.errors import ConfigError
 from r1kit.machine import vllm_is_cpu_build
+from r1kit.passchoice import PassRunner
 from r1kit.rewards.text import completion_text
-from r1kit.trainpass import PassPlan, call_copy_tokens, plan_for, score_chunk
 
 logger = logging.getLogger(__name__)
 
@@ -358,8 +358,7 @@ class R1Trainer(StopOnNonFiniteGradients, GRPOTrainer):
         self._generate_every = self.args.steps_per_generation * self.num_iterations
         self._snapshots = self.picker is not None and self.args.gradient_accumulation_steps % self._generate_every != 0
         self._state_before_generation: dict | None = None
-        self._pass_notes: set[str] = set()  # why a part of the training pass stood down, each said once
-        self._plans: dict[tuple, PassPlan | None] = {}  # the training pass's plan per model and state
+        self.passes = PassRunner(self.args, self.accelerator)  # the training pass: which one, measured; running it
 
     def _colocated_engine(self) -> ColocatedEngine | None:
         """The engine other generation can share: colocated vLLM on one device per engine. Not with sleep mode (the
@@ -447,71 +446,37 @@ class R1Trainer(StopOnNonFiniteGradients, GRPOTrainer):
     # --- the training pass ---------------------------------------------------------------------------------------
     def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None,
                                            compute_entropy=False, compute_aux_loss=False, **multimodal):
-        """TRL's per-token log-probabilities (the loss pass, and the old and reference passes), computed by
-        `r1kit.trainpass` with `trim_padding` and `shared_prompt_pass`: the same values and gradients, each real
-        token computed once. Batches it cannot keep exact (images, token types, MoE auxiliary losses) go to TRL's
-        dense pass, said once."""
-        plan = self._pass_plan(model, compute_aux_loss, multimodal)
-        if plan is None:
-            return super()._get_per_token_logps_and_entropies(
-                model, input_ids, attention_mask, logits_to_keep, batch_size=batch_size,
-                compute_entropy=compute_entropy, compute_aux_loss=compute_aux_loss, **multimodal)
+        """TRL's per-token log-probabilities (the loss pass, and the old and reference passes), by the pass measured
+        fastest for the chunk's shape on this device (`r1kit.passchoice`): TRL's dense pass, length buckets
+        (`r1kit.trainpass`) or one packed row (`r1kit.packing`), all with the same values and gradients. Batches none
+        of them keeps exact (images, token types, MoE auxiliary losses) take TRL's dense pass, said once."""
+        dense = super()._get_per_token_logps_and_entropies
+        passes = self.passes.passes_for(model, compute_aux_loss, multimodal)
+        if passes is None:
+            return dense(model, input_ids, attention_mask, logits_to_keep, batch_size=batch_size,
+                         compute_entropy=compute_entropy, compute_aux_loss=compute_aux_loss, **multimodal)
         size = batch_size or input_ids.size(0)
         logps, entropies = [], []
         for start in range(0, input_ids.size(0), size):
             chunk = slice(start, start + size)
-            lp, ent = score_chunk(model, plan, input_ids[chunk], attention_mask[chunk], logits_to_keep,
-                                  compute_entropy, self.accelerator.autocast)
+            lp, ent = self.passes.score(model, passes, dense, input_ids[chunk], attention_mask[chunk],
+                                        logits_to_keep, compute_entropy)
             logps.append(lp)
             entropies.append(ent)
         return torch.cat(logps), (torch.cat(entropies) if compute_entropy else None), None
 
-    def _pass_plan(self, model, compute_aux_loss: bool, multimodal: dict) -> PassPlan | None:
-        """How this call is scored, or None for TRL's dense pass."""
-        args = self.args
-        if not (args.trim_padding or args.shared_prompt_pass):
-            return None
-        extra = sorted(key for key, value in multimodal.items() if value is not None)
-        if extra or compute_aux_loss:
-            self._say_once(f"trim_padding and shared_prompt_pass: off for batches with "
-                           f"{', '.join(extra) or 'an MoE auxiliary loss'} (they cannot be kept exact there); "
-                           "those batches take TRL's dense pass")
-            return None
-        bare = self._bare_model(model)
-        # Planned once per model and state (it walks the modules and parameters), not on every micro-batch.
-        key = (id(bare), bare.training, bool(getattr(bare, "is_gradient_checkpointing", False)), args.trim_padding,
-               args.shared_prompt_pass)
-        if key not in self._plans:
-            plan, notes = plan_for(bare, args.trim_padding, args.shared_prompt_pass)
-            plan.copy_tokens = call_copy_tokens(bare, self._autocast_dtype())
-            for note in notes:  # the start-up block says these already (`training_pass_summary`)
-                self._say_once(note, logging.INFO)
-            self._plans[key] = plan if plan.trim or plan.share else None
-        return self._plans[key]
-
-    def _bare_model(self, model) -> torch.nn.Module:
-        """`model` without its DDP/DeepSpeed wrapper and its PEFT adapter wrapper: the transformers model."""
-        bare = self.accelerator.unwrap_model(model)
-        return bare.get_base_model() if hasattr(bare, "get_base_model") else bare
-
-    def _autocast_dtype(self) -> torch.dtype | None:
-        """The low-precision type accelerate's autocast computes in, or None without mixed precision."""
-        return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(str(self.accelerator.mixed_precision))
+    def training_step(self, *args, **kwargs):
+        try:
+            output = super().training_step(*args, **kwargs)
+        except BaseException:
+            self.passes.timer.discard()
+            raise
+        self.passes.step_done()  # a timed loss pass is timed through its backward
+        return output
 
     def training_pass_summary(self) -> str:
-        """One line for the start-up block: what the training pass does for this model."""
-        plan, notes = plan_for(self._bare_model(self.model), self.args.trim_padding, self.args.shared_prompt_pass, training=True,
-                               gradient_checkpointing=self.args.gradient_checkpointing)
-        parts = [("each distinct prompt computed once per micro-batch" if plan.share
-                  else "each completion recomputes its prompt"),
-                 ("no compute on padding (length buckets)" if plan.trim else "padded to the longest completion")]
-        return "; ".join(parts) + (f" ({'; '.join(notes)})" if notes else "") + ", exact"
-
-    def _say_once(self, message: str, level: int = logging.WARNING) -> None:
-        if message not in self._pass_notes:
-            self._pass_notes.add(message)
-            if self.accelerator.is_main_process:
-                logger.log(level, message)
+        """One line for the start-up block: which passes the run chooses among, and what stands down."""
+        return self.passes.summary(self.model, self.args.gradient_checkpointing)
 
     # --- dynamic sampling -----------------------------------------------------------------------------------------
     def _generate_until_full(self, groups: list[dict], replaced: int) -> dict:

@@ -39,6 +39,7 @@ from r1kit.sandbox import ProviderName
 from r1kit.second_opinion import KINDS
 from r1kit.tripwires import parse_tripwires
 
+TRAINING_PASSES = ("auto", "dense", "bucketed", "packed", "packed_flex")  # r1kit.passchoice
 
 # --------------------------------------------------------------------------------------------------------------------
 # Checks a dataclass runs on its own fields
@@ -646,6 +647,12 @@ class GRPOConfig(RunFields, trl.GRPOConfig):
             sum of its completions' gradients, as in the dense pass). Needs a model that numbers positions by column
             and takes a key/value cache; it stands down, said once, under gradient checkpointing, with dropout
             active, for MoE auxiliary losses and for multimodal batches.
+        training_pass (`str`, defaults to `"auto"`): which exact pass scores the micro-batches. `auto` measures the
+            candidates on the device the run is on, per batch shape, in the first steps, and keeps the fastest
+            (`r1kit.passchoice`; OUTPUT_DIR/training_pass.json): `dense` (TRL's), `bucketed` (length buckets and the
+            shared prompt's key/value cache, `r1kit.trainpass`), `packed` (one row per micro-batch, no padding, each
+            prompt once, through an SDPA mask, `r1kit.packing`) and, on CUDA, `packed_flex` (the same through a
+            FlexAttention block mask). Naming one takes it where it can run (TRL's dense pass otherwise, said so).
         second_opinion_samples (`int`, defaults to `4`): completions per reward and per training batch judged again
             by an independent path (math: a small number grammar and exact fractions; code: a fresh jail, tests in
             reverse order; reasoning_gym: the scorer in a process of its own), drawn on the main process, weighted
@@ -691,6 +698,9 @@ class GRPOConfig(RunFields, trl.GRPOConfig):
     )
     shared_prompt_pass: bool = field(
         default=True, metadata={"help": "Compute each distinct prompt of a micro-batch once in the loss pass (exact)."}
+    )
+    training_pass: str = field(
+        default="auto", metadata={"help": "auto (the fastest, measured here) | dense | bucketed | packed | packed_flex."}
     )
     second_opinion_samples: int = field(
         default=4, metadata={"help": "Completions per reward and batch judged again by an independent path (0: off)."}
@@ -744,6 +754,7 @@ class GRPOConfig(RunFields, trl.GRPOConfig):
             ("curriculum_explore", ">=", 0), ("curriculum_explore", "<=", 1), ("curriculum_history", ">=", 1),
         ])
         self.check_curriculum_window()
+        check_choice("training_pass", self.training_pass, TRAINING_PASSES)
         limit = self.unjudged_share_limit
         if limit is not None and not (isinstance(limit, (int, float)) and 0.0 < limit <= 1.0):
             raise ConfigError(f"unjudged_share_limit must be in (0, 1] or null (never stop), got {limit!r}")
