@@ -53,8 +53,8 @@ def build_trainer(tmp_path, kind: str, dropout: float = 0.0, **config):
 
     tokenizer = build_char_tokenizer()
     peft_config = config.pop("peft_config", None)
-    args = GRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=4, num_generations=2, max_steps=1,
-                      report_to="none", max_completion_length=10, **{"gradient_checkpointing": False, **config})
+    args = GRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=4, num_generations=2, report_to="none",
+                      max_completion_length=10, **{"gradient_checkpointing": False, "max_steps": 1, **config})
     folder = tmp_path / kind  # by path: with beta > 0 TRL loads the reference model from it
     tiny_model(kind, len(tokenizer), dropout).save_pretrained(folder)
     trainer = R1Trainer(model=str(folder), args=args, processing_class=tokenizer, peft_config=peft_config,
@@ -299,6 +299,7 @@ def ddp_worker(rank: int, folder: str, port: int, results: dict) -> None:
     from transformers import LlamaForCausalLM
     from trl.trainer.utils import add_fused_lm_head
 
+    from r1kit.packing import score_packed
     from r1kit.trainpass import PassPlan, score_chunk
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
@@ -310,13 +311,21 @@ def ddp_worker(rank: int, folder: str, port: int, results: dict) -> None:
         batch = micro_batch(model.config.vocab_size, old=False, ref=False)
         ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)[2 * rank : 2 * rank + 2]
         mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)[2 * rank : 2 * rank + 2]
+        passes = {
+            "dense": lambda: score_chunk(ddp, PassPlan(trim=False, share=False, by_column=True), ids, mask, 10, True,
+                                         contextlib.nullcontext),
+            "bucketed": lambda: score_chunk(ddp, PassPlan(trim=True, share=True, by_column=True), ids, mask, 10, True,
+                                            contextlib.nullcontext),
+            "packed": lambda: score_packed(ddp, model.config, ids, mask, 10, True, True, contextlib.nullcontext),
+        }
         grads = {}
-        for plan in [PassPlan(trim=False, share=False, by_column=True), PassPlan(trim=True, share=True, by_column=True)]:
+        for name, run in passes.items():
             ddp.zero_grad()
-            logps, entropy = score_chunk(ddp, plan, ids, mask, 10, True, contextlib.nullcontext)
+            logps, entropy = run()
             (logps.sum() + entropy.sum()).backward()  # DDP averages the gradients over the two ranks
-            grads[plan.share] = {n: p.grad.clone() for n, p in model.named_parameters()}
-        results[rank] = max((grads[True][n] - grads[False][n]).abs().max().item() for n in grads[False])
+            grads[name] = {n: p.grad.clone() for n, p in model.named_parameters()}
+        results[rank] = {name: max((grads[name][n] - grads["dense"][n]).abs().max().item() for n in grads["dense"])
+                         for name in ("bucketed", "packed")}
     finally:
         dist.destroy_process_group()
 
@@ -324,7 +333,7 @@ def ddp_worker(rank: int, folder: str, port: int, results: dict) -> None:
 @pytest.mark.slow
 def test_two_ranks_under_ddp_get_the_dense_gradients(tmp_path):
     """Two gloo ranks, each with one prompt group, under DistributedDataParallel: the shared, bucketed pass (several
-    forward calls before one backward) reduces the same gradients as the dense one."""
+    forward calls before one backward) and the packed pass reduce the same gradients as the dense one."""
     import socket
 
     import torch.multiprocessing as mp
@@ -338,7 +347,7 @@ def test_two_ranks_under_ddp_get_the_dense_gradients(tmp_path):
     results = mp.Manager().dict()
     mp.spawn(ddp_worker, args=(str(tmp_path / "llama"), port, results), nprocs=2, join=True)
     assert sorted(results.keys()) == [0, 1]
-    assert max(results.values()) < 1e-5
+    assert max(gap for rank in results.values() for gap in rank.values()) < 1e-5
 
 
 @pytest.mark.slow

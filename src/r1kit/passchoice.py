@@ -108,8 +108,11 @@ class PassChooser:
             if calibration.uses <= self.recheck_after:
                 return calibration.choice, False
             self.classes[key] = calibration = Calibration()  # measured again: lengths may have drifted
-        wanted = 1 + self.timed_runs
-        pending = [c for c in self.candidates if calibration.runs.get(c, 0) < wanted]
+        # Candidates still short of timed runs (a timing can be discarded, so count timings, not runs)
+        pending = [c for c in self.candidates if len(calibration.seconds.get(c, [])) < self.timed_runs]
+        if not pending:  # measured already (a candidate was excluded since): decide now
+            self._decide(key, calibration)
+            return calibration.choice, False
         candidate = min(pending, key=lambda c: (calibration.runs.get(c, 0), self.candidates.index(c)))
         calibration.runs[candidate] = calibration.runs.get(candidate, 0) + 1
         return candidate, calibration.runs[candidate] > 1

@@ -1,0 +1,112 @@
+"""Which training pass a run takes (`r1kit.passchoice`): chosen by what it measures on the device it runs on, here
+with an injected clock, so that the policy is tested, not this machine's speed."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from r1kit.passchoice import BUCKETED, DENSE, PACKED, PassChooser, shape_class
+
+
+def measure(chooser: PassChooser, key, cost: dict[str, float], runs: int) -> list[tuple[str, bool]]:
+    """Runs `runs` chunks of class `key` through the chooser, each candidate taking `cost` seconds."""
+    picks = []
+    for _ in range(runs):
+        choice, timed = chooser.pick(key)
+        picks.append((choice, timed))
+        if timed:
+            chooser.record(key, choice, cost[choice])
+    return picks
+
+
+KEY = shape_class(True, 8, 100, 512)
+
+
+def test_each_candidate_warms_up_once_then_is_timed_interleaved_and_the_fastest_is_kept():
+    chooser = PassChooser([DENSE, BUCKETED, PACKED], timed_runs=2)
+    picks = measure(chooser, KEY, {DENSE: 3.0, BUCKETED: 2.0, PACKED: 1.0}, 12)
+    assert picks[:3] == [(DENSE, False), (BUCKETED, False), (PACKED, False)]  # the warm-ups, untimed
+    assert picks[3:9] == [(DENSE, True), (BUCKETED, True), (PACKED, True)] * 2
+    assert picks[9:] == [(PACKED, False)] * 3  # decided: no more timing, no more device syncs
+    [decision] = chooser.decisions()
+    assert decision["pass"] == PACKED and decision["seconds"] == {DENSE: 3.0, BUCKETED: 2.0, PACKED: 1.0}
+
+
+def test_a_device_where_dense_is_faster_gets_dense_and_a_tie_keeps_dense():
+    faster = PassChooser([DENSE, BUCKETED, PACKED])
+    assert measure(faster, KEY, {DENSE: 1.0, BUCKETED: 1.5, PACKED: 4.0}, 12)[-1] == (DENSE, False)
+    tie = PassChooser([DENSE, PACKED])
+    assert measure(tie, KEY, {DENSE: 1.0, PACKED: 0.99}, 10)[-1] == (DENSE, False)  # within the margin
+
+
+def test_the_least_of_the_timed_runs_counts_so_one_disturbed_run_does_not_decide():
+    chooser = PassChooser([DENSE, PACKED], timed_runs=2)
+    timings = iter([5.0, 1.0, 1.0, 2.0])  # dense's first timed run was disturbed (a busy machine)
+    for _ in range(6):
+        choice, timed = chooser.pick(KEY)
+        if timed:
+            chooser.record(KEY, choice, next(timings))
+    assert chooser.decisions()[0]["pass"] == DENSE  # dense 1.0 against packed 1.0: dense stays
+
+
+def test_each_shape_class_is_measured_on_its_own_and_measured_again_after_many_uses():
+    chooser = PassChooser([DENSE, PACKED], recheck_after=5)
+    short, long = shape_class(True, 8, 100, 16), shape_class(True, 8, 100, 1024)
+    assert shape_class(True, 8, 100, 1000) == long and shape_class(False, 8, 100, 1024) != long
+    measure(chooser, short, {DENSE: 1.0, PACKED: 2.0}, 6)
+    measure(chooser, long, {DENSE: 2.0, PACKED: 1.0}, 6)
+    assert {d["pass"] for d in chooser.decisions()} == {DENSE, PACKED}
+    picks = measure(chooser, long, {DENSE: 1.0, PACKED: 2.0}, 5 + 6)  # lengths drifted: packed is slower now
+    assert picks[:5] == [(PACKED, False)] * 5 and picks[5] == (DENSE, False)
+    assert next(d for d in chooser.decisions() if d["key"] == list(long))["pass"] == DENSE
+
+
+def test_a_candidate_that_cannot_take_a_chunk_loses_and_an_excluded_one_is_measured_no_more():
+    chooser = PassChooser([DENSE, BUCKETED, PACKED])
+    measure(chooser, KEY, {DENSE: 2.0, BUCKETED: 1.5, PACKED: math.inf}, 9)
+    assert chooser.decisions()[0]["pass"] == BUCKETED and chooser.decisions()[0]["seconds"][PACKED] is None  # unusable
+    chooser.exclude(BUCKETED, "a self-check failed")
+    assert chooser.decisions() == [] and BUCKETED not in chooser.candidates and chooser.notes
+    assert chooser.pick(KEY) == (DENSE, False)  # decided again from what was measured, without new runs
+
+
+def test_one_pass_asked_for_is_taken_without_measuring():
+    chooser = PassChooser([PACKED])
+    assert measure(chooser, KEY, {PACKED: 1.0}, 3) == [(PACKED, False)] * 3
+
+
+# --- in a real run ----------------------------------------------------------------------------------------------------
+def injected_clock(trainer, cost: dict[str, float]) -> list[str]:
+    """Replaces the trainer's pass clock by one in which each pass costs `cost` seconds; returns the passes run."""
+    ran: list[str] = []
+    now = [0.0]
+    original = trainer.passes.run
+
+    def run(model, passes, dense, choice, *args, **kwargs):
+        ran.append(choice)
+        now[0] += cost[choice]
+        return original(model, passes, dense, choice, *args, **kwargs)
+
+    trainer.passes.run = run
+    trainer.passes.timer.clock = lambda: now[0]
+    return ran
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fastest", [DENSE, PACKED])
+def test_a_run_takes_the_pass_its_device_measures_fastest(tmp_path, fastest):
+    from tests.test_trainpass import build_trainer
+
+    trainer = build_trainer(tmp_path, "llama", max_steps=12, logging_steps=1, save_strategy="no")
+    cost = {DENSE: 1.0, BUCKETED: 2.0, PACKED: 3.0} if fastest == DENSE else {DENSE: 3.0, BUCKETED: 2.0, PACKED: 1.0}
+    ran = injected_clock(trainer, cost)
+    trainer.train()
+    assert ran[:3] == [DENSE, BUCKETED, PACKED] and ran[-3:] == [fastest] * 3
+    record = json.loads((tmp_path / "training_pass.json").read_text())
+    assert record["candidates"] == sorted([DENSE, BUCKETED, PACKED])
+    [decision] = record["decisions"]
+    assert decision["pass"] == fastest and decision["seconds"][fastest] == min(cost.values())
+    assert "loss pass" in decision["class"]
