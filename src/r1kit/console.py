@@ -11,12 +11,13 @@ import sys
 import warnings
 from collections.abc import Callable
 
+from r1kit.credentials import redact
 from r1kit.errors import ConfigError
 
 
 def error(message: str) -> int:
-    """Prints the one-line error every r1kit command uses; returns the exit code 2."""
-    print(f"r1kit: error: {' '.join(str(message).split())}", file=sys.stderr)
+    """Prints the one-line error every r1kit command uses, no secret named; returns the exit code 2."""
+    print(f"r1kit: error: {' '.join(redact(message).split())}", file=sys.stderr)
     return 2
 
 

@@ -32,7 +32,7 @@ from transformers.trainer_callback import ProgressCallback
 from r1kit import data, preflight, probes
 from r1kit import run as runs
 from r1kit.callbacks import CompactProgressCallback, EvaluateBenchmarksCallback, HeldOutAccuracyCallback, get_callbacks
-from r1kit.config.recipe import DEFAULT_RECIPE, GRPO_TYPES, run_recipe_command
+from r1kit.config.recipe import DEFAULT_RECIPE, GRPO_TYPES, loader_variables_line, run_recipe_command
 from r1kit.config.schema import GRPOConfig, GRPOScriptArguments, ModelConfig
 from r1kit.console import add_pass_through_command
 from r1kit.errors import ConfigError
@@ -227,6 +227,8 @@ def startup_summary(script_args, training_args, model_args, trainer, dataset, ch
         shared = any(isinstance(c, HeldOutAccuracyCallback) and c.engine is not None
                      for c in trainer.callback_handler.callbacks)
         lines.insert(-2, vllm_line(args, trainer.vllm_start_seconds, shared))
+    if loader_variables_line():
+        lines.insert(-2, loader_variables_line())
     return "\n".join(lines)
 
 

@@ -13,6 +13,8 @@ import logging
 import os
 from pathlib import Path
 
+from r1kit.credentials import redact
+
 logger = logging.getLogger(__name__)
 
 
@@ -22,12 +24,12 @@ def write_json(path: Path, content, indent: int = 2) -> None:
 
 
 def write_text(path: Path, text: str) -> None:
-    """Writes `text` to `path` atomically (see `write_json`)."""
+    """Writes `text` to `path` atomically (see `write_json`), every known secret redacted (`r1kit.credentials`)."""
     path = Path(path)
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         with temporary.open("w", encoding="utf-8") as f:
-            f.write(text)
+            f.write(redact(text))
             f.flush()
             os.fsync(f.fileno())
         os.replace(temporary, path)

@@ -37,7 +37,7 @@ from typing import Any
 import yaml
 from transformers import TrainerCallback
 
-from r1kit import records, tripwires
+from r1kit import credentials, records, tripwires
 from r1kit.callbacks import EvaluateBenchmarksCallback, HeldOutAccuracyCallback
 from r1kit.checkpoints import RUN_RECORD, completed_run, find_resume_checkpoint, read_run_record
 from r1kit.config.schema import RunFields
@@ -83,6 +83,7 @@ def prepare(training_args: RunFields, check: Callable[[], None]) -> str | None:
     set_seed(training_args.seed)
     if training_args.torch_num_threads:
         torch.set_num_threads(training_args.torch_num_threads)
+    credentials.seal(training_args)  # (parse_recipe sealed a parsed recipe already; arguments built in code too)
     setup_logging(training_args)
     log_process(training_args)
     check()
@@ -95,8 +96,7 @@ def prepare(training_args: RunFields, check: Callable[[], None]) -> str | None:
 
 def train(run: Run) -> dict:
     """Trains (from the run's checkpoint when resuming); saves the metrics and the trainer state. On SIGTERM or
-    SIGINT the current step ends, a checkpoint is saved and `RunInterrupted` is raised (no final metrics: the run is
-    not finished)."""
+    SIGINT the current step ends, a checkpoint is saved and `RunInterrupted` is raised (no final metrics yet)."""
     logger.info("*** Train ***")
     trainer = run.trainer
     life, own = (_current, False) if _current is not None else (Lifecycle.for_trainer(trainer), True)
@@ -226,8 +226,7 @@ class OutputLock:
 
     @classmethod
     def acquire(cls, folder: Path) -> OutputLock | None:
-        """The lock, or ConfigError naming the run that holds it; None (with a warning) where the file system has no
-        locks."""
+        """The lock, or ConfigError naming the run holding it; None (warned) on a file system without locks."""
         fd = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -245,7 +244,8 @@ class OutputLock:
         if previous:
             logger.warning("Taking over the lock of output_dir %s from a run that is gone (%s).", folder,
                            describe_holder(previous))
-        holder = {"pid": os.getpid(), "host": socket.gethostname(), "since": now(), "argv": sys.argv}
+        holder = {"pid": os.getpid(), "host": socket.gethostname(), "since": now(),
+                  "argv": credentials.redact_argv(sys.argv)}
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps(holder).encode(), 0)
         return cls(folder, fd)
@@ -540,7 +540,7 @@ def write_run_metadata(training_args: RunFields, resumed_from: str | None) -> No
         "world_size": training_args.world_size,
         "resumed_from": resumed_from,
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__, "trl": trl.__version__},
-        "argv": sys.argv,
+        "argv": credentials.redact_argv(sys.argv),
         "host": socket.gethostname(),
         "pid": os.getpid(),
         "started": now(),

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import difflib
+import logging
 import os
 import re
 from collections.abc import Callable
@@ -27,7 +28,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 from trl import TrlParser
 
 from r1kit.config.compat import (
@@ -45,11 +45,23 @@ from r1kit.config.schema import (
     check_choice,
     check_generation_batch,
 )
+from r1kit.config.yaml_limits import MAX_DOCUMENT_CHARS, load_yaml
 from r1kit.console import shape_warnings
+from r1kit.credentials import RECIPE_FORBIDDEN_ENV, redact, seal
 from r1kit.errors import ConfigError, one_line
 
 DEFAULT_RECIPE = Path(__file__).parent.parent / "recipes" / "demo_grpo.yaml"
 GRPO_TYPES = (GRPOScriptArguments, GRPOConfig, ModelConfig)
+logger = logging.getLogger(__name__)
+
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# Variables that decide which code a process loads: the dynamic linker's, the interpreters' and the shells' start-up
+# hooks, and PATH (which executable a bare name runs: bwrap, g++, sbatch).
+LOADER_VARIABLES = {"PATH", "PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE", "PYTHONPLATLIBDIR",
+                    "PYTHONEXECUTABLE", "PYTHONWARNINGS", "PYTHONBREAKPOINT", "PYTHONSAFEPATH", "PYTHONNOUSERSITE",
+                    "BASH_ENV", "ENV", "GCONV_PATH", "NODE_OPTIONS", "PERL5LIB", "PERL5OPT", "RUBYOPT"}
+LOADER_PREFIXES = ("LD_", "DYLD_")
+APPLIED_LOADER_VARIABLES: list[str] = []  # those the recipe of this process set (apply_env)
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -103,16 +115,18 @@ def split_command_line(argv: list[str], default_config: str | os.PathLike | None
 # The recipe file
 # --------------------------------------------------------------------------------------------------------------------
 def load_recipe(path: str | os.PathLike) -> dict[str, Any]:
-    """Reads a recipe YAML into a mapping (the `env:` block included)."""
+    """Reads a recipe YAML into a mapping (the `env:` block included), within the bounds of `yaml_limits` (read at
+    most one character past them: `--config /dev/zero` is refused, not read for ever)."""
     try:
-        with open(path) as f:
-            config = yaml.safe_load(f) or {}
+        with open(path, encoding="utf-8") as f:
+            text = f.read(MAX_DOCUMENT_CHARS + 1)
     except FileNotFoundError:
         raise ConfigError(f"--config: recipe not found: {path}") from None
     except OSError as e:
         raise ConfigError(f"--config: cannot read the recipe {path}: {e.strerror or e}") from None
-    except yaml.YAMLError as e:
-        raise ConfigError(f"--config: recipe {path} is not valid YAML: {one_line(e, 10_000)}") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"--config: recipe {path} is not UTF-8 text ({one_line(e)})") from None
+    config = load_yaml(text, f"--config: recipe {path}") or {}
     if not isinstance(config, dict):
         raise ConfigError(f"recipe {path} must contain a YAML mapping of keys to values")
     return config
@@ -134,16 +148,48 @@ class ParsedRecipe:
 
 
 def env_block(config: dict[str, Any]) -> dict[str, str]:
-    """A recipe mapping's `env:` block, as strings (empty without one)."""
+    """A recipe mapping's `env:` block, as strings (empty without one). Values are strings (a number is taken as its
+    text); a list, a mapping, true/false or an empty value is refused: the environment holds text only."""
     env = config.get("env") or {}
     if not isinstance(env, dict):
         raise ConfigError("`env:` in a recipe must be a mapping of variable names to values")
-    return {str(name): str(value) for name, value in env.items()}
+    out = {}
+    for name, value in env.items():
+        if not isinstance(name, str) or not ENV_NAME.fullmatch(name):
+            raise ConfigError(f"env: {name!r} is not a variable name (letters, digits and _, no digit first)")
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            raise ConfigError(f"env: {name} takes a string, got {type(value).__name__}; quote it ({name}: '...')")
+        if "\0" in str(value):
+            raise ConfigError(f"env: {name} holds a NUL character, which no environment variable can")
+        if name in RECIPE_FORBIDDEN_ENV:
+            raise ConfigError(f"env: {name} is a secret, and a recipe is shared: export it in the shell instead, or "
+                              f"name a file that holds it ({RECIPE_FORBIDDEN_ENV[name]})")
+        out[name] = str(value)
+    return out
 
 
 def apply_env(env: dict[str, str]) -> None:
-    """Exports a recipe's `env:` block (the command does this before it parses the dataclasses)."""
+    """Exports a recipe's `env:` block (the command does this before it parses the dataclasses). Variables that change
+    which code processes load (`LD_PRELOAD`, `PYTHONPATH`, ...) are applied too (a recipe is code: it names reward
+    functions to import), but named: in a warning now and in the start-up block (`loader_variables_line`)."""
     os.environ.update(env)
+    APPLIED_LOADER_VARIABLES[:] = loader_variables(env)
+    if APPLIED_LOADER_VARIABLES:
+        logger.warning("The recipe's env: block sets %s, which change(s) the code every process started from here "
+                       "loads.", ", ".join(APPLIED_LOADER_VARIABLES))
+
+
+def loader_variables(env: dict[str, str]) -> list[str]:
+    """The names in `env` that change how a process finds or loads code (dynamic linker, interpreters, shells)."""
+    return sorted(name for name in env if name in LOADER_VARIABLES or name.startswith(LOADER_PREFIXES))
+
+
+def loader_variables_line() -> str | None:
+    """The start-up block's line naming the loader variables this process's recipe set, or None."""
+    if not APPLIED_LOADER_VARIABLES:
+        return None
+    return (f"  env      the recipe sets {', '.join(APPLIED_LOADER_VARIABLES)}: every process started from here loads "
+            "code as they say")
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -163,9 +209,9 @@ class _StrictParser(TrlParser):
 def _mapping_from_text(text: str) -> dict:
     """A `dict` field given on the command line, as JSON or YAML flow text: `--dataset_options '{max_digits: 6}'`."""
     try:
-        value = yaml.safe_load(text)
-    except yaml.YAMLError:
-        value = None
+        value = load_yaml(text, "a mapping on the command line")
+    except ConfigError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
     if value is not None and not isinstance(value, dict):
         raise argparse.ArgumentTypeError(f"expected a mapping such as '{{key: value}}', got {text!r}")
     return value
@@ -331,6 +377,7 @@ def parse_recipe(command: CommandLine, dataclass_types: tuple = GRPO_TYPES, worl
         namespace.generation_batch_size = namespace.per_device_train_batch_size * world_size * steps
         namespace.steps_per_generation = None
     built = _build(dataclass_types, namespace)
+    seal(*built)  # no secret of the recipe, the command line or the environment reaches a file from here on
     training_args = next((a for a in built if isinstance(a, GRPOConfig)), None)
     if training_args is not None:
         if checked_elsewhere:
@@ -365,6 +412,6 @@ def run_recipe_command(argv: list[str], help_text: str, dataclass_types: tuple, 
     shape_warnings()
     parsed = parse_recipe(command, dataclass_types, command.world_size, on_env=apply_env)
     if command.dry_run:
-        print(dry_run(*parsed.args))
+        print(redact(dry_run(*parsed.args)))
         return 0
     return run(*parsed.args)

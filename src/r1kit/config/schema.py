@@ -25,9 +25,9 @@ from typing import Any, Literal
 
 import trl
 import trl.trainer.model_config
-import yaml
 from trl import ScriptArguments
 
+from r1kit.config.yaml_limits import load_yaml
 from r1kit.errors import ConfigError, ConfigWarning
 from r1kit.machine import has_cuda, installed
 from r1kit.rewards.competitive import IoiProviderName, ScoringMode
@@ -265,11 +265,11 @@ class DataFields:
         if self.dataset_name is None and self.dataset_mixture is None:
             raise ConfigError("Either `dataset_name` or `dataset_mixture` must be provided")
         if isinstance(self.dataset_mixture, str):  # given as JSON on the command line
-            self.dataset_mixture = yaml.safe_load(self.dataset_mixture)
+            self.dataset_mixture = load_yaml(self.dataset_mixture, "dataset_mixture")
         if self.dataset_mixture is not None and not isinstance(self.dataset_mixture, DatasetMixtureConfig):
             self.dataset_mixture = parse_dataset_mixture(self.dataset_mixture)
         if isinstance(self.dataset_options, str):  # given as JSON/YAML on the command line
-            self.dataset_options = yaml.safe_load(self.dataset_options)
+            self.dataset_options = load_yaml(self.dataset_options, "dataset_options")
         if self.dataset_options is not None and not isinstance(self.dataset_options, dict):
             raise ConfigError(f"dataset_options must be a mapping of option: value, got {self.dataset_options!r}")
         if self.dataset_options and self.dataset_mixture is not None:
@@ -766,7 +766,7 @@ class GRPOConfig(RunFields, trl.GRPOConfig):
                            ("tripwire_lr_factor", ">", 0), ("tripwire_lr_factor", "<=", 1)])
         for name in ("second_opinion_kinds", "tripwires"):
             if isinstance(getattr(self, name), str):
-                setattr(self, name, yaml.safe_load(getattr(self, name)))
+                setattr(self, name, load_yaml(getattr(self, name), name))
         kinds = self.second_opinion_kinds or {}
         if not isinstance(kinds, dict):
             raise ConfigError(f"second_opinion_kinds must be a mapping of reward: kind, got {kinds!r}")
