@@ -110,3 +110,18 @@ def test_a_run_takes_the_pass_its_device_measures_fastest(tmp_path, fastest):
     [decision] = record["decisions"]
     assert decision["pass"] == fastest and decision["seconds"][fastest] == min(cost.values())
     assert "loss pass" in decision["class"]
+
+
+def test_a_class_whose_chunks_drift_from_what_it_was_measured_on_is_measured_again():
+    chooser = PassChooser([DENSE, PACKED])
+    for _ in range(6):
+        choice, timed = chooser.pick(KEY)
+        if choice == PACKED:
+            chooser.observe(KEY, 0.5)  # half the chunk is padding
+        if timed:
+            chooser.record(KEY, choice, {DENSE: 2.0, PACKED: 1.0}[choice])
+    assert chooser.pick(KEY) == (PACKED, False)
+    assert not any(chooser.observe(KEY, share) for share in [0.2, 0.9] * 20)  # micro-batches vary, the trend holds
+    drifted = [chooser.observe(KEY, 1.0) for _ in range(20)]  # no padding any more: packing has nothing to save
+    assert drifted.count(True) == 1 and drifted.index(True) <= 10
+    assert chooser.decisions() == [] and chooser.pick(KEY) == (DENSE, False)  # measured again

@@ -44,7 +44,7 @@ class PackedLayout:
     `source` (flat index into the chunk's `[rows * columns]` ids), `positions`, `label_source` (flat index of the token
     each position predicts, -1 for none), and the mask's `group`, `segment` (-1 in a group's shared prompt), `column`,
     `real` and `self_only` (a query that sees no real key keeps itself, so that no softmax row is empty). `flex`: for
-    FlexAttention (padded to its block size).
+    FlexAttention (padded to its block size). `real_share`: the chunk's real tokens over its dense cells.
     `scored` and `destination`: for each scored completion token, its packed position and its flat index in the
     `[rows * width]` output."""
 
@@ -52,6 +52,7 @@ class PackedLayout:
     width: int
     length: int
     real_tokens: int
+    real_share: float
     flex: bool
     source: torch.Tensor
     positions: torch.Tensor
@@ -169,8 +170,9 @@ def build_layout(input_ids: torch.Tensor, attention_mask: torch.Tensor, width: i
     on_device = (host.pin_memory() if device.type == "cuda" else host).to(device, non_blocking=True)
     vectors = dict(zip(VECTORS, on_device[: len(VECTORS) * length].view(len(VECTORS), length)))
     tail = on_device[len(VECTORS) * length:]
+    real_share = float(both[1].sum()) / max(1, both[1].size)  # of the chunk's cells, as the dense pass lays them out
     return PackedLayout(rows=arrays["rows"], width=width, length=length, real_tokens=arrays["real_tokens"],
-                        flex=flex, scored=tail[:scored], destination=tail[scored:], **vectors)
+                        real_share=real_share, flex=flex, scored=tail[:scored], destination=tail[scored:], **vectors)
 
 
 def keep_pairs(layout: PackedLayout, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:

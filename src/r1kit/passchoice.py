@@ -7,7 +7,9 @@ and TRL's dense pass wins. No constant tuned on one device decides for another: 
 or without gradients, rows, prompt and completion widths on a factor-sqrt(2) scale) the chooser runs each candidate on
 real micro-batches, one untimed warm-up then `TIMED_RUNS` timed, interleaved, and keeps the fastest (the least of its
 timed runs, robust to a busy machine). Dense is kept unless another is faster by `MARGIN`. A class is measured again
-after `RECHECK_AFTER` uses, so that a drift of completion lengths within it is caught.
+when the share of real tokens in its chunks (a moving average) drifts by more than `DRIFT` from what it was when
+measured (the passes
+that skip padding read it from the host copy they make anyway; dense makes none), and after `RECHECK_AFTER` uses.
 
 The chooser only counts; the trainer does the timing (`clock`, with the device synchronised around a timed run only,
 so a decided class costs no host sync), which the tests replace with an injected clock.
@@ -32,6 +34,8 @@ logger = logging.getLogger(__name__)
 TIMED_RUNS = 2
 MARGIN = 0.03  # another pass must beat dense by this much to be taken: within noise, TRL's own pass stays
 RECHECK_AFTER = 500
+DRIFT = 1.25  # a class whose chunks' real-token share moves by this factor is measured again
+SMOOTHING = 0.1  # the weight of each new chunk in that share's moving average
 
 DENSE, BUCKETED, PACKED, PACKED_FLEX = "dense", "bucketed", "packed", "packed_flex"
 PASS_RECORD = "training_pass.json"
@@ -65,6 +69,8 @@ class Calibration:
     seconds: dict[str, list[float]] = field(default_factory=dict)
     choice: str | None = None
     uses: int = 0
+    shares: list[float] = field(default_factory=list)  # real-token shares of the chunks it was measured on
+    recent: float | None = None  # their moving average since
 
 
 class PassChooser:
@@ -116,6 +122,27 @@ class PassChooser:
         candidate = min(pending, key=lambda c: (calibration.runs.get(c, 0), self.candidates.index(c)))
         calibration.runs[candidate] = calibration.runs.get(candidate, 0) + 1
         return candidate, calibration.runs[candidate] > 1
+
+    def observe(self, key: tuple, real_share: float) -> bool:
+        """A chunk's share of real (unpadded) tokens, from a pass that read it anyway. True when a decided class's
+        chunks drifted away from what it was measured on: it is then measured again."""
+        calibration = self.classes.get(key)
+        if calibration is None or not self.deciding:
+            return False
+        if calibration.choice is None:  # still measuring: the class stands for these chunks
+            calibration.shares.append(real_share)
+            return False
+        reference = sum(calibration.shares) / len(calibration.shares) if calibration.shares else real_share
+        # A moving average: micro-batches of one generation batch differ (shuffled rows); a drift is a trend
+        recent = reference if calibration.recent is None else calibration.recent
+        calibration.recent = recent = (1 - SMOOTHING) * recent + SMOOTHING * real_share
+        if 1 / DRIFT <= recent / max(reference, 1e-9) <= DRIFT:
+            return False
+        self.classes[key] = Calibration(shares=[real_share])
+        if self.log:
+            logger.info("training pass for %s: real tokens are %.0f%% of the chunks lately, measured at %.0f%%: "
+                        "measuring again", describe(key), 100 * recent, 100 * reference)
+        return True
 
     def record(self, key: tuple, candidate: str, seconds: float) -> bool:
         """Adds a timed run; True when it completes the class's measurements (the class is then decided)."""
@@ -317,7 +344,7 @@ class PassRunner:
             timed = False
         if timed:
             self.timer.start(passes.chooser, key, choice)
-        result = self.run(model, passes, dense, choice, ids, mask, width, compute_entropy)
+        result = self.run(model, passes, dense, choice, ids, mask, width, compute_entropy, key)
         if result is None:  # the packed row is too long for a dense mask: this chunk takes the dense pass
             if timed:
                 self.timer.stop(unusable=True)
@@ -332,15 +359,21 @@ class PassRunner:
         if self.timer.stop():
             self.save_record()
 
-    def run(self, model, passes: PassSet, dense, choice: str, ids, mask, width: int, compute_entropy: bool):
+    def run(self, model, passes: PassSet, dense, choice: str, ids, mask, width: int, compute_entropy: bool,
+            key: tuple | None = None):
         if choice == DENSE:
             logps, entropies, _ = dense(model, ids, mask, width, compute_entropy=compute_entropy)
             return logps, entropies
         autocast = self.accelerator.autocast
         if choice == BUCKETED:
-            return score_chunk(model, passes.plan, ids, mask, width, compute_entropy, autocast)
+            result = score_chunk(model, passes.plan, ids, mask, width, compute_entropy, autocast)
+            if key is not None:  # the buckets read the lengths to the host already: the device is idle here
+                passes.chooser.observe(key, float(mask.sum()) / mask.numel())
+            return result
         flex = choice == PACKED_FLEX
         layout = build_layout(ids, mask, width, passes.share_packed, flex)
+        if key is not None:
+            passes.chooser.observe(key, layout.real_share)
         if not flex and layout.length > MAX_DENSE_MASK_TOKENS:
             return None
         if flex and not passes.flex_checked:
