@@ -1,6 +1,7 @@
 """The private parts of TRL that r1kit relies on, pinned in one place: a TRL upgrade that moves one fails here, by
 name, instead of deep inside a training run. `r1kit.trainer` is the only module that uses them (and
-`r1kit.config.schema.trl_choices` reads TRL's documented choices)."""
+`r1kit.config.schema.trl_choices` reads TRL's documented choices; `r1kit.vllm_front` wraps the vLLM client's public
+health check)."""
 
 from __future__ import annotations
 
@@ -58,3 +59,16 @@ def test_trl_documents_the_choices_r1kit_checks_early():
     assert set(trl_choices("vllm_mode")) == {"server", "colocate"}
     assert set(trl_choices("importance_sampling_level")) == {"token", "sequence"}
     assert set(trl_choices("multi_objective_aggregation")) == {"sum_then_normalize", "normalize_then_sum"}
+
+
+def test_trls_vllm_client_opens_its_session_before_its_health_check_and_first_request():
+    """`r1kit.vllm_front.authenticated_client` puts the shared secret on the client's session as `check_server`
+    starts: the session must exist by then, and every later request go through it."""
+    from trl.generation.vllm_client import VLLMClient
+
+    init = inspect.getsource(VLLMClient.__init__)
+    session, check, models = (init.index(s) for s in ("self.session = requests.Session()", "self.check_server(",
+                                                      "/v1/models"))
+    assert session < check < models
+    for method in ("_get", "_post", "reset_prefix_cache"):
+        assert "self.session." in inspect.getsource(getattr(VLLMClient, method)), method

@@ -44,8 +44,9 @@ def flat_data(tmp_path_factory) -> Path:
     return path
 
 
-def grpo(tmp_path: Path, model: Path, data: Path, out: Path, **keys) -> list[dict]:
-    """Runs `r1kit grpo` in a process of its own (a vLLM engine per process); returns the logged steps."""
+def grpo(tmp_path: Path, model: Path, data: Path, out: Path, env: dict | None = None, **keys) -> list[dict]:
+    """Runs `r1kit grpo` in a process of its own (a vLLM engine per process), with `env` added to the environment;
+    returns the logged steps. Its output is kept in `out/grpo_output.log`."""
     recipe = dict(model_name_or_path=str(model), dataset_name=str(data), dataset_prompt_column="problem",
                   reward_funcs=["tests.rewards_for_tests:flat_or_length"], num_generations=4,
                   per_device_train_batch_size=8, max_completion_length=12, learning_rate=1e-2, output_dir=str(out),
@@ -54,10 +55,11 @@ def grpo(tmp_path: Path, model: Path, data: Path, out: Path, **keys) -> list[dic
                   probe_rewards=False)  # flat_or_length pays 1.0 on flat rows whatever the reply: the probes would stop it
     recipe.update(keys)
     path = write_recipe(tmp_path, **recipe)
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), **(env or {})}
     result = subprocess.run([sys.executable, "-m", "r1kit.grpo", "--config", str(path)], cwd=ROOT, env=env,
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
+    (out / "grpo_output.log").write_text(result.stdout + result.stderr)
     history = json.loads((out / "trainer_state.json").read_text())["log_history"]
     return [entry for entry in history if "loss" in entry]
 
@@ -183,9 +185,41 @@ def wait_for_health(url: str, server: subprocess.Popen, timeout: float) -> None:
     raise AssertionError(f"no answer from {url} in {timeout} s")
 
 
-def test_server_mode_on_the_cpu_build_trains_from_the_updated_weights(tmp_path, vllm_model_dir, flat_data):
-    """`r1kit vllm-serve` starts the server; the trainer pushes weights through files and the server's reload endpoint
-    (no NCCL), so the server's log-probabilities match the trainer's at every step."""
+SECRET = "test-shared-secret-0123456789abcdef"
+
+
+def listening_addresses(port: int) -> set[str]:
+    """The local addresses with a TCP socket listening on `port` (from /proc/net/tcp and tcp6, hex as the kernel
+    writes them: 0100007F is 127.0.0.1)."""
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            address, hex_port = local.split(":")
+            if state == "0A" and int(hex_port, 16) == port:  # 0A: LISTEN
+                found.add(address)
+    return found
+
+
+def post(url: str, body: dict, secret: str | None = None) -> int:
+    import urllib.error
+    import urllib.request
+
+    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {secret}"} if secret else {})}
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), headers=headers, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
+def test_server_mode_on_the_cpu_build_trains_from_the_updated_weights_and_no_one_else_drives_it(
+        tmp_path, vllm_model_dir, flat_data):
+    """`r1kit vllm-serve` starts the server on 127.0.0.1 behind r1kit's front, with a shared secret. Another client
+    without it is refused, the weight reload and the cache reset included; the trainer pushes weights through files
+    and the server's reload endpoint (no NCCL) with the secret, so the server's log-probabilities match the trainer's
+    at every step; a trainer without the secret stops with one clear line."""
     import signal
     import socket
 
@@ -196,14 +230,32 @@ def test_server_mode_on_the_cpu_build_trains_from_the_updated_weights(tmp_path, 
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), "R1KIT_VLLM_SECRET": SECRET}
+    env.pop("R1KIT_VLLM_SECRET_FILE", None)
+    server_log = (tmp_path / "server.log").open("w")
     server = subprocess.Popen([sys.executable, "-m", "r1kit.vllm_serve", "--model", str(vllm_model_dir), "--port",
-                               str(port), "--host", "127.0.0.1", "--max-model-len", "128"], cwd=ROOT, env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+                               str(port), "--max-model-len", "128"], cwd=ROOT, env=env,
+                              stdout=subprocess.DEVNULL, stderr=server_log, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    poison = tmp_path / "poison"  # what another client would load: weights of its choice
     try:
-        wait_for_health(f"http://127.0.0.1:{port}/health", server, timeout=300)
+        wait_for_health(f"{base}/health", server, timeout=300)
+        assert listening_addresses(port) == {"0100007F"}, "bound beyond 127.0.0.1"
+        reload = {"method": "reload_weights", "kwargs": {"weights_path": str(poison)}}
+        for secret in (None, "wrong-secret-0123456789abcdef"):
+            assert post(f"{base}/collective_rpc", reload, secret) == 401
+            assert post(f"{base}/reset_prefix_cache", {}, secret) == 401
+            assert post(f"{base}/v1/completions", {"prompt": "1+1=", "max_tokens": 2}, secret) == 401
+        env_without = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+        env_without.pop("R1KIT_VLLM_SECRET", None)
+        refused = subprocess.run(
+            [sys.executable, "-m", "r1kit.grpo", "--config", str(server_recipe(tmp_path, vllm_model_dir, flat_data,
+                                                                            port, max_steps=1))],
+            cwd=ROOT, env=env_without, capture_output=True, text=True, timeout=600)
+        assert refused.returncode == 2 and "R1KIT_VLLM_SECRET" in refused.stderr.strip().splitlines()[-1], \
+            refused.stderr[-3000:]
         steps = grpo(tmp_path, vllm_model_dir, flat_data, tmp_path / "out", max_steps=3, vllm_mode="server",
-                     vllm_server_host="127.0.0.1", vllm_server_port=port)
+                     vllm_server_host="127.0.0.1", vllm_server_port=port, env={"R1KIT_VLLM_SECRET": SECRET})
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         try:
@@ -211,5 +263,22 @@ def test_server_mode_on_the_cpu_build_trains_from_the_updated_weights(tmp_path, 
         except subprocess.TimeoutExpired:
             os.killpg(server.pid, signal.SIGKILL)
             server.wait(timeout=30)
+        server_log.close()
     assert [s["step"] for s in steps] == [1, 2, 3]
-    assert_engine_follows_the_policy(steps)
+    assert_engine_follows_the_policy(steps)  # the trainer's own reloads reached the engine; nobody else's did
+    first = (tmp_path / "server.log").read_text().splitlines()[0]
+    assert "127.0.0.1" in first and "this machine only" in first and "needs the shared secret" in first
+    assert SECRET not in (tmp_path / "server.log").read_text()
+    startup = (tmp_path / "out" / "grpo_output.log").read_text()
+    assert f"server at http://127.0.0.1:{port} (authenticated with the shared secret)" in startup
+    assert SECRET not in startup
+
+
+def server_recipe(tmp_path: Path, model: Path, data: Path, port: int, **keys) -> Path:
+    recipe = dict(model_name_or_path=str(model), dataset_name=str(data), dataset_prompt_column="problem",
+                  reward_funcs=["tests.rewards_for_tests:flat_or_length"], num_generations=4,
+                  per_device_train_batch_size=8, max_completion_length=12, output_dir=str(tmp_path / "refused"),
+                  report_to="none", save_strategy="no", use_vllm=True, vllm_mode="server", bf16=False,
+                  vllm_server_host="127.0.0.1", vllm_server_port=port, vllm_server_timeout=30, torch_num_threads=1,
+                  probe_rewards=False, **keys)
+    return write_recipe(tmp_path, **recipe)

@@ -21,6 +21,11 @@ def error(message: str) -> int:
     return 2
 
 
+def say(line: str) -> None:
+    """A command's own line on stderr (what a server binds, before its own output starts)."""
+    print(redact(line), file=sys.stderr, flush=True)
+
+
 def one_line_errors(command):
     """Wraps a command so that a `ConfigError` becomes `error(...)`, however the command is reached (`r1kit X`,
     `python -m r1kit.grpo`, torchrun, the evaluation subprocess); other exceptions keep their traceback."""

@@ -42,6 +42,7 @@ from r1kit.rewards import get_reward_funcs
 from r1kit.second_opinion import SecondOpinion
 from r1kit.trainer import CompletionsRecorder, R1Trainer
 from r1kit.tripwires import IdenticalCompletions, Tripwires, parse_tripwires
+from r1kit.vllm_front import client_line
 
 logger = logging.getLogger(__name__)
 
@@ -245,6 +246,9 @@ def vllm_line(args: GRPOConfig, start_seconds: float | None, heldout_shares: boo
         cache, where = f"{args.vllm_gpu_memory_utilization:g} of the GPU (vllm_gpu_memory_utilization)", "colocated"
     else:
         cache, where = "the server's", "server"
+    if args.vllm_mode == "server":  # where the server is and whether the trainer proves who it is to it
+        url = args.vllm_server_base_url or f"http://{args.vllm_server_host}:{args.vllm_server_port}"
+        where = where.replace("server", f"server at {url} ({client_line()})", 1)
     started = f"; trainer and engine built in {start_seconds:.0f} s" if start_seconds is not None else ""
     shared = "; held-out accuracy generates with it too" if heldout_shares else ""
     return f"  vllm     {where}, {cache}{started}{shared}"

@@ -66,6 +66,7 @@ from r1kit.errors import ConfigError
 from r1kit.machine import vllm_is_cpu_build
 from r1kit.passchoice import PassRunner
 from r1kit.rewards.text import completion_text
+from r1kit.vllm_front import authenticated_client
 
 logger = logging.getLogger(__name__)
 
@@ -320,7 +321,7 @@ class R1Trainer(StopOnNonFiniteGradients, GRPOTrainer):
             os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
             os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(DEFAULT_CPU_KVCACHE_GIB))
         start = time.monotonic()
-        with no_nccl_communicator() if cpu_server else contextlib.nullcontext():
+        with no_nccl_communicator() if cpu_server else contextlib.nullcontext(), authenticated_client(config):
             super().__init__(*args, **kwargs)
         self.vllm_start_seconds = time.monotonic() - start if self.use_vllm else None
         # On the CPU build, TRL's weight sync cannot run: colocated, it calls the vLLM model's `load_weights`, which
