@@ -388,6 +388,43 @@ def test_standard_library_imports_work():
 
 
 # --------------------------------------------------------------------------------------------------------------------
+# 11. The jail's /proc names nothing of the host and shows none of its activity
+# --------------------------------------------------------------------------------------------------------------------
+HOST_FILES = ["/proc/sys/kernel/random/boot_id", "/proc/cmdline", "/proc/loadavg", "/proc/uptime", "/proc/stat",
+              "/proc/meminfo", "/proc/vmstat", "/proc/diskstats", "/proc/interrupts", "/proc/softirqs", "/proc/locks",
+              "/proc/kallsyms", "/proc/sys/fs/file-nr", "/proc/sys/kernel/random/entropy_avail"]
+HOST_VIEW = """
+import json, os, socket
+seen = {}
+for path in PATHS + ["/proc/pressure/cpu"]:
+    try:
+        with open(path, "rb") as f:
+            seen[path] = f.read().decode(errors="replace")
+    except OSError as e:
+        seen[path] = type(e).__name__
+    try:
+        with open(path, "w") as f:  # a write reaches nothing of the host
+            f.write("1")
+    except OSError:
+        pass
+seen["hostname"], seen["cpus"] = socket.gethostname(), os.cpu_count()
+print(json.dumps(seen))
+"""
+
+
+def test_the_jail_shows_nothing_of_the_hosts_identity_or_activity(host):
+    boot_id, hostname = Path(HOST_FILES[0]).read_text(), socket.gethostname()
+    (result,) = run(HOST_VIEW.replace("PATHS", repr(HOST_FILES)), time_limit=5)
+    assert result.status == PASSED, result.stderr
+    seen = json.loads(result.stdout)
+    assert {path: seen[path] for path in HOST_FILES if os.path.exists(path)} == {
+        path: "" for path in HOST_FILES if os.path.exists(path)}
+    assert seen["/proc/pressure/cpu"] in ("FileNotFoundError", "") and seen["hostname"] == "jail" != hostname
+    assert seen["cpus"] == os.cpu_count()  # what programs size themselves by still reads right
+    assert Path(HOST_FILES[0]).read_text() == boot_id and boot_id.strip() not in result.stdout + result.stderr
+
+
+# --------------------------------------------------------------------------------------------------------------------
 # The same guarantees as an ordinary user
 # --------------------------------------------------------------------------------------------------------------------
 AS_USER = """
@@ -399,7 +436,7 @@ code = (
     "libc = ctypes.CDLL(None, use_errno=True)\\n"
     "pids = [p for p in os.listdir('/proc') if p.isdigit()]\\n"
     "print(len(pids), libc.umount2(b'/tmp', 2), libc.umount2(b'/proc', 2), libc.unshare(0x10000000), "
-    "os.path.exists(CWD))\\n"
+    "os.path.exists(CWD), len(open('/proc/sys/kernel/random/boot_id').read() + open('/proc/loadavg').read()))\\n"
 ).replace("CWD", repr(os.getcwd()))
 ((r,), (families,)) = get_provider("local", num_parallel=1).execute([Program(code, inputs=[""]),
                                                                      Program(FAMILY_SWEEP, inputs=[""], time_limit=10)])
@@ -439,9 +476,10 @@ def test_containment_as_an_ordinary_user(public_dir):
                           capture_output=True, text=True, cwd=tmp_path, timeout=120, env={"PATH": "/usr/bin:/bin"})
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout.strip().splitlines()[-1])
-    visible, umount_tmp, umount_proc, userns, sees_cwd = out["stdout"].split()
+    visible, umount_tmp, umount_proc, userns, sees_cwd, host_view = out["stdout"].split()
     assert out["uid"] == 65534 and out["status"] == PASSED, out
     assert int(visible) <= 4 and umount_tmp == umount_proc == userns == "-1" and sees_cwd == "False"
+    assert host_view == "0"  # the host's boot id and load are hidden here too
     assert out["families"] == "[1]"  # AF_UNIX only, as for root
 
 

@@ -10,8 +10,12 @@ What a jailed program gets (the same whether the trainer runs as root or as an o
   test program never needs (ptrace, mount, unshare, keyctl, bpf, perf_event_open, io_uring, ...);
 - a read-only view of /usr (the compilers and system libraries) and of the interpreter with its whole standard
   library; size-capped tmpfs at /tmp and /dev/shm as the only writable places; a minimal, read-only /dev; its own
-  /proc;
+  /proc, where the files about the whole machine (boot id, kernel command line, load, uptime, memory, CPU, disk and
+  lock counters, pressure) read empty (`hide_host_proc`), and a host name of its own;
 - nothing else of the host: no home folders, no /etc, not the trainer's working folder, outputs, data or model.
+  What still shows, as it would cost more than a mount to hide: the `sysinfo` call (load, uptime, total memory),
+  /proc/cpuinfo and /proc/version, and in /proc/self/mountinfo the host path of each folder shown (the interpreter's,
+  at the same path inside; the site-packages a reasoning-gym scorer reads, under /opt/r1kit-site).
 
 r1kit's own harness (`scripts/harness.py`) runs inside as the jail's pid 1 (no bwrap init process inside), as the same
 unprivileged user, not dumpable, and adds the per-test limits.
@@ -195,6 +199,37 @@ def package_folders(roots: tuple[str, ...]) -> tuple[str, ...]:
 
 
 # --------------------------------------------------------------------------------------------------------------------
+# What the jail's /proc shows of the host
+# --------------------------------------------------------------------------------------------------------------------
+JAIL_HOSTNAME = "jail"  # not the host's name (a new UTS namespace starts with a copy of it)
+# The jail's own /proc still shows files about the whole machine: its boot id (which names the host across jails and
+# runs), the kernel's command line, host-wide counters (load, uptime, memory, CPU and disk activity, interrupts, file
+# locks, pressure) that let a program watch the trainer and its neighbours. No test program needs them (the CPU count
+# comes from the affinity mask, memory limits from rlimits), so each is shown empty: /dev/null bound over a file, an
+# empty read-only tmpfs over a folder. Costs a few mounts per jail start.
+HOST_PROC_FILES = ("sys/kernel/random/boot_id", "cmdline", "loadavg", "uptime", "stat", "meminfo", "vmstat",
+                   "zoneinfo", "buddyinfo", "pagetypeinfo", "vmallocinfo", "slabinfo", "diskstats", "partitions",
+                   "swaps", "interrupts", "softirqs", "locks", "schedstat", "sched_debug", "timer_list", "kallsyms",
+                   "iomem", "ioports", "key-users", "sys/fs/file-nr", "sys/fs/inode-nr", "sys/fs/dentry-state",
+                   "sys/kernel/random/entropy_avail")
+HOST_PROC_FOLDERS = ("pressure", "irq", "driver", "bus", "acpi", "fs", "tty")
+
+
+@functools.lru_cache(maxsize=1)
+def hide_host_proc() -> tuple[str, ...]:
+    """bwrap's options that empty `HOST_PROC_FILES` and `HOST_PROC_FOLDERS` in the jail's /proc (those this kernel
+    has: bwrap cannot mount over a path that does not exist)."""
+    args: list[str] = []
+    for name in HOST_PROC_FILES:
+        if os.path.isfile(f"/proc/{name}"):
+            args += ["--dev-bind", "/dev/null", f"/proc/{name}"]  # (a device node: --ro-bind would forbid reading it)
+    for name in HOST_PROC_FOLDERS:
+        if os.path.isdir(f"/proc/{name}"):
+            args += ["--size", "4096", "--tmpfs", f"/proc/{name}", "--remount-ro", f"/proc/{name}"]
+    return tuple(args)
+
+
+# --------------------------------------------------------------------------------------------------------------------
 # The command line
 # --------------------------------------------------------------------------------------------------------------------
 def bwrap_arguments(tmp_bytes: int, seccomp_fd: int | None, prefix: str, source_prefix: str | None = None,
@@ -225,7 +260,8 @@ def bwrap_arguments(tmp_bytes: int, seccomp_fd: int | None, prefix: str, source_
     for source, target in read_only:
         args += ["--ro-bind", source, target]
     shm_bytes = max(1 << 20, min(SHM_BYTES, tmp_bytes // 4))  # POSIX shared memory, e.g. multiprocessing's locks
-    args += ["--proc", "/proc", "--dev", "/dev", "--size", str(shm_bytes), "--tmpfs", "/dev/shm", "--remount-ro", "/dev",
+    args += ["--proc", "/proc", *hide_host_proc(), "--hostname", JAIL_HOSTNAME,
+             "--dev", "/dev", "--size", str(shm_bytes), "--tmpfs", "/dev/shm", "--remount-ro", "/dev",
              "--size", str(tmp_bytes - shm_bytes), "--tmpfs", "/tmp", "--dir", "/tmp/work", "--chdir", "/tmp/work",
              "--remount-ro", "/",
              # the harness is the jail's pid 1: no bwrap init (which holds our pipes) for the program to take over, and
