@@ -1,135 +1,88 @@
-"""GPU check: bf16 GRPO on one GPU, r1kit against a plain TRL script, with nothing downloaded.
+"""GPU check: the 1xH200 table. bf16 GRPO on one GPU, r1kit against a plain TRL script, with nothing downloaded.
 
-    python scripts/gpu_check.py [--steps 8] [--out /tmp/r1kit-gpu-check]      # on the GPU machine (gpu_check.sh)
-    python scripts/gpu_check.py --cpu-smoke                                    # the same code paths, tiny, on CPU
+    python scripts/gpu_check.py [--seconds 330] [--out /tmp/r1kit-gpu-check]     # on the GPU machine (gpu_check.sh)
+    python scripts/gpu_check.py --cpu-smoke                                       # the same code paths, tiny, on CPU
 
-Two models that need no download: the demo model r1kit ships (0.6 M parameters) and a randomly initialised Llama of
-about 100 M parameters built from a config (it rarely emits EOS, so its completions run to full length: fixed-size
-work). Each (model, runner) pair trains in its own process, one after the other on the same GPU: `r1kit` is
-`r1kit.grpo.pipeline` on a recipe, `trl` is a plain GRPOTrainer script with Open-R1-style rewards (math-verify in a
-sequential loop, a regex format check), same batch, lengths and settings. Printed per pair: median step time,
-generated tokens/s (completion tokens per step / step time) and peak GPU memory; then r1kit / TRL ratios.
+Rows, most important first; a row that cannot finish before `--seconds` is skipped and named:
+- the demo model r1kit ships (0.6 M parameters) and a random ~100 M Llama: 64 completions of up to 128 tokens, G 8
+  (the goals: r1kit / TRL step time <= 1.0);
+- random models with Qwen2.5-0.5B's and Qwen2.5-1.5B's layer shapes (Qwen2 blocks; the demo tokenizer's small
+  vocabulary, so the LM head is far cheaper than the real one's 151k rows), completions of exactly 256 and 1024 tokens
+  (`min_new_tokens`: both trainers do the same work), G 8 and 16, one prompt per step behind Open-R1's system prompt
+  (worth sharing), micro-batches of 2 (the goal: <= 0.8 for 0.5B with 1024 tokens).
+
+Each (row, runner) trains in a process of its own (`benchmarks/step_profile.py`: the runners and the per-phase
+profile), the first steps dropped (r1kit measures its training passes there). Printed per row: step time, generated
+tokens/s, the shares of generation, the training pass and the rewards, steps per hour, peak GPU memory, r1kit / TRL,
+and the training pass r1kit chose.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-GPU = {"completions": 64, "generations": 8, "max_completion_length": 128, "bf16": True}
-CPU_SMOKE = {"completions": 8, "generations": 4, "max_completion_length": 8, "bf16": False}
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import step_profile  # noqa: E402  (benchmarks/ is not a package)
+
+QWEN_SHAPES = {  # hidden, intermediate, layers, heads, key/value heads (the models' config.json)
+    "Qwen2.5-0.5B": (896, 4864, 24, 14, 2),
+    "Qwen2.5-1.5B": (1536, 8960, 28, 12, 2),
+}
 
 
-def build_llama(folder: Path, smoke: bool) -> int:
-    """A random Llama (about 100 M parameters; tiny for the CPU smoke run) with the demo model's tokenizer."""
-    from transformers import AutoTokenizer, GenerationConfig, LlamaConfig, LlamaForCausalLM
+def build_qwen_shape(folder: Path, shape: tuple) -> int:
+    from transformers import AutoTokenizer, GenerationConfig, Qwen2Config, Qwen2ForCausalLM
 
     from r1kit.modeling import DEMO_MODEL
 
+    hidden, intermediate, layers, heads, kv_heads = shape
     tokenizer = AutoTokenizer.from_pretrained(DEMO_MODEL)
-    size = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4) if smoke else dict(
-        hidden_size=1024, intermediate_size=2816, num_hidden_layers=8, num_attention_heads=16
-    )
-    config = LlamaConfig(vocab_size=len(tokenizer), num_key_value_heads=size["num_attention_heads"],
-                         max_position_embeddings=512,
-                         tie_word_embeddings=True, eos_token_id=tokenizer.eos_token_id,
-                         pad_token_id=tokenizer.pad_token_id, bos_token_id=None, **size)
-    model = LlamaForCausalLM(config)
+    config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=intermediate,
+                         num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv_heads,
+                         max_position_embeddings=4096, tie_word_embeddings=True, eos_token_id=tokenizer.eos_token_id,
+                         pad_token_id=tokenizer.pad_token_id, bos_token_id=None)
+    model = Qwen2ForCausalLM(config)
     model.generation_config = GenerationConfig(eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return sum(p.numel() for p in model.parameters())
 
 
-def settings(shape: dict, steps: int, out: Path) -> dict:
-    """The GRPOConfig fields both runners use."""
-    return {
-        "output_dir": str(out), "max_steps": steps, "per_device_train_batch_size": shape["completions"],
-        "num_generations": shape["generations"], "max_completion_length": shape["max_completion_length"],
-        "bf16": shape["bf16"], "learning_rate": 1e-6, "beta": 0.0, "temperature": 1.0, "logging_steps": 1,
-        "save_strategy": "no", "report_to": "none", "gradient_checkpointing": False, "seed": 42,
-        "use_cpu": not shape["bf16"],
-    }
+def rows(out: Path, smoke: bool) -> list[tuple[str, str, dict, int]]:
+    """(label, model path, settings, warm-up steps), most important first; models built as needed."""
+    from r1kit.modeling import DEMO_MODEL
 
-
-def run_r1kit(model: str, fields: dict) -> list[dict]:
-    import yaml
-
-    from r1kit.config.recipe import parse_args
-    from r1kit.grpo import pipeline
-
-    recipe = {"model_name_or_path": model, "dtype": "bfloat16" if fields["bf16"] else "float32",
-              "dataset_name": "r1kit:addition", "dataset_prompt_column": "prompt", "reward_funcs": ["accuracy", "format"],
-              **fields}
-    path = Path(fields["output_dir"]) / "recipe.yaml"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump(recipe))
-    pipeline(*parse_args(["--config", str(path)]))
-    return json.loads((Path(fields["output_dir"]) / "trainer_state.json").read_text())["log_history"]
-
-
-def run_trl(model: str, fields: dict) -> list[dict]:
-    """What a user writes with TRL alone."""
-    import random
-    import re
-
-    from datasets import Dataset
-    from math_verify import parse, verify
-    from trl import GRPOConfig, GRPOTrainer
-
-    rng = random.Random(0)
-    pairs = [(rng.randint(10, 999), rng.randint(10, 999)) for _ in range(2000)]
-    dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": f"{a}+{b}="}], "solution": str(a + b)}
-                                 for a, b in pairs])
-
-    def accuracy_reward(completions, solution, **kwargs):
-        return [float(verify(parse(gold), parse(c[0]["content"]))) for c, gold in zip(completions, solution)]
-
-    def format_reward(completions, **kwargs):
-        pattern = re.compile(r"^<think>.*?</think>\s*<answer>.*?</answer>$", re.DOTALL)
-        return [float(bool(pattern.match(c[0]["content"]))) for c in completions]
-
-    config = GRPOConfig(model_init_kwargs={"dtype": "bfloat16" if fields["bf16"] else "float32"}, **fields)
-    trainer = GRPOTrainer(model=model, reward_funcs=[accuracy_reward, format_reward], args=config, train_dataset=dataset)
-    trainer.train()
-    return trainer.state.log_history
-
-
-def one_run(runner: str, model: str, out: str, steps: int, smoke: bool) -> None:
-    """In a process of its own: train, then print one JSON line of figures."""
-    import resource
-
-    import torch
-
-    shape = CPU_SMOKE if smoke else GPU
-    fields = settings(shape, steps, Path(out))
-    if torch.cuda.is_available():
-        torch.cuda.reset_peak_memory_stats()
-    log = [e for e in (run_r1kit if runner == "r1kit" else run_trl)(model, fields) if "step_time" in e]
-    timed = log[2:] if len(log) > 3 else log  # the first steps compile kernels and warm caches
-    times = [e["step_time"] for e in timed]
-    tokens = [e["completions/mean_length"] * shape["completions"] / e["step_time"] for e in timed]
-    peak = (torch.cuda.max_memory_allocated() if torch.cuda.is_available()
-            else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)  # CPU smoke: peak RSS
-    print("RESULT " + json.dumps({"step_time": statistics.median(times), "tokens_per_s": statistics.median(tokens),
-                                  "peak_gib": peak / 2**30, "steps_timed": len(times)}))
+    if smoke:
+        llama = out / "llama-smoke"
+        step_profile.build_random_llama(llama, hidden=64, intermediate=128, layers=2, heads=4, kv_heads=4)
+        base = dict(completions=8, generations=4, length=8, bf16=False, micro_batch=4)
+        return [("demo, smoke", str(DEMO_MODEL), base, 1), ("tiny Llama, smoke", str(llama), base, 1)]
+    table = []
+    llama = out / "llama-100m"
+    params = step_profile.build_random_llama(llama, hidden=1024, intermediate=2816, layers=8, heads=16, kv_heads=16)
+    short = dict(completions=64, generations=8, length=128, bf16=True, micro_batch=64)
+    table.append(("demo (0.6 M), 64 x 128 tokens, G 8", str(DEMO_MODEL), short, 3))
+    table.append((f"random Llama ({params / 1e6:.0f} M), 64 x 128 tokens, G 8", str(llama), short, 3))
+    for name in QWEN_SHAPES:
+        folder = out / name  # built when its first row runs
+        for length, generations in ((256, 8), (1024, 8), (256, 16), (1024, 16)):
+            settings = dict(completions=generations, generations=generations, length=length, bf16=True, micro_batch=2)
+            table.append((f"{name} shape, G {generations}, {length} tokens", str(folder), settings, 3))
+    return table
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--seconds", type=float, default=330, help="stop starting rows after this long")
+    parser.add_argument("--steps", type=int, default=5, help="steps per run; the warm-up ones are dropped")
     parser.add_argument("--out", default="/tmp/r1kit-gpu-check")
     parser.add_argument("--cpu-smoke", action="store_true", help="tiny shapes on CPU: checks the script, not a GPU")
-    parser.add_argument("--one", nargs=3, metavar=("RUNNER", "MODEL", "OUT"), help=argparse.SUPPRESS)
     opts = parser.parse_args()
-    if opts.one:
-        one_run(*opts.one, opts.steps, opts.cpu_smoke)
-        return 0
 
     import torch
 
@@ -137,35 +90,46 @@ def main() -> int:
         if not torch.cuda.is_available():
             print("no CUDA GPU: run on the GPU machine, or pass --cpu-smoke", file=sys.stderr)
             return 2
-        print(f"GPU: {torch.cuda.get_device_name(0)}, torch {torch.__version__}")
-    from r1kit.modeling import DEMO_MODEL
+        import transformers
+        import trl
 
+        print(f"GPU: {torch.cuda.get_device_name(0)}, torch {torch.__version__}, transformers "
+              f"{transformers.__version__}, trl {trl.__version__}, {time.strftime('%Y-%m-%d')}")
+    start = time.monotonic()
     out = Path(opts.out)
-    llama = out / "llama-100m"
-    params = build_llama(llama, opts.cpu_smoke)
-    models = {"demo (0.6 M)": str(DEMO_MODEL), f"random Llama ({params / 1e6:.0f} M)": str(llama)}
-    results: dict[tuple[str, str], dict] = {}
-    for label, model in models.items():
-        for runner in ("r1kit", "trl"):
-            run_out = out / f"{runner}-{Path(model).name}"
-            command = [sys.executable, __file__, "--one", runner, model, str(run_out), "--steps", str(opts.steps)]
-            start = time.monotonic()
-            done = subprocess.run(command + (["--cpu-smoke"] if opts.cpu_smoke else []), capture_output=True, text=True)
-            line = next((ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")), None)
-            if done.returncode != 0 or line is None:
-                print(f"{label} / {runner}: FAILED (exit {done.returncode})\n{done.stderr[-3000:]}", file=sys.stderr)
-                return 1
-            results[label, runner] = json.loads(line[len("RESULT "):])
-            print(f"{label:22s} {runner:5s}: {results[label, runner]['step_time']:.3f} s/step, "
-                  f"{results[label, runner]['tokens_per_s']:,.0f} generated tokens/s, "
-                  f"peak {'GPU memory' if not opts.cpu_smoke else 'RSS'} {results[label, runner]['peak_gib']:.2f} GiB "
-                  f"({time.monotonic() - start:.0f} s wall)", flush=True)
-    for label in models:
-        ours, plain = results[label, "r1kit"], results[label, "trl"]
-        print(f"{label}: r1kit / TRL step time {ours['step_time'] / plain['step_time']:.2f}x, "
-              f"tokens/s {ours['tokens_per_s'] / plain['tokens_per_s']:.2f}x, "
-              f"peak memory {ours['peak_gib'] / plain['peak_gib']:.2f}x")
-    return 0
+    table = rows(out, opts.cpu_smoke)
+    print(step_profile.TABLE_HEAD, flush=True)
+    skipped, failed = [], []
+    for index, (label, model, settings, warmup) in enumerate(table):
+        if not Path(model).exists():
+            build_qwen_shape(Path(model), QWEN_SHAPES[Path(model).name])
+        left = opts.seconds - (time.monotonic() - start)
+        if left < 30:
+            skipped.append(label)
+            continue
+        results = {}
+        for runner in step_profile.RUNNERS:
+            fields = step_profile.settings(out / f"row{index}-{runner}", opts.steps, **settings)
+            try:
+                results[runner] = step_profile.in_subprocess(runner, model, fields, warmup,
+                                                             timeout=max(30.0, opts.seconds - (time.monotonic() - start)))
+            except Exception as e:  # noqa: BLE001 - a timeout: name the row, go on
+                print(f"{label} / {runner}: {type(e).__name__}", file=sys.stderr)
+                results[runner] = None
+            if results[runner] is None:
+                break
+        if any(r is None for r in results.values()) or len(results) < 2:
+            failed.append(label)
+            continue
+        step_profile.print_row(label, results["r1kit"], results["trl"])
+        if results["r1kit"]["passes"]:
+            print(f"|   r1kit's training pass: {'; '.join(f'{c}: {p}' for c, p in results['r1kit']['passes'])} |")
+    if skipped:
+        print(f"skipped (over {opts.seconds:.0f} s): {'; '.join(skipped)}")
+    if failed:
+        print(f"failed: {'; '.join(failed)}")
+    print(f"table: {time.monotonic() - start:.0f} s")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

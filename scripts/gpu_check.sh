@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# GPU check: bf16 GRPO on one CUDA GPU, r1kit against a plain TRL script (scripts/gpu_check.py): step time,
-# generated tokens/s and peak GPU memory for the shipped demo model and a random ~100 M-parameter Llama built from a
-# config. Nothing is downloaded there: the GPU machine has torch and transformers but no network, so the few small
+# GPU check, one command, about 8 minutes on an H200: (1) the exact passes' values and gradients on the GPU, the
+# FlexAttention path's backward included (scripts/gpu_exactness.py); (2) the training pass, every variant and r1kit's
+# default side by side (benchmarks/training_pass.py); (3) the 1xH200 table, r1kit against a plain TRL script per
+# model, completion length and group size, with the per-phase shares (scripts/gpu_check.py). Nothing is downloaded there: the GPU machine has torch and transformers but no network, so the few small
 # pure-Python wheels it lacks (trl, datasets, math-verify and their small dependencies) travel in .whl/, and the whole
 # carried tree must stay under 60 MiB.
 #
@@ -40,6 +41,12 @@ python3 -c "import torch; assert torch.cuda.is_available(), 'no CUDA GPU'"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/r1kit-site .whl/*.whl
 export PYTHONPATH="/tmp/r1kit-site:$PWD/src${PYTHONPATH:+:$PYTHONPATH}" HF_HUB_OFFLINE=1 R1KIT_CACHE=/tmp/r1kit-cache
 python3 -c "import datasets, trl, math_verify, transformers, accelerate; print('trl', trl.__version__, '| datasets', datasets.__version__, '| transformers', transformers.__version__, '| accelerate', accelerate.__version__)"
-PYTHONUNBUFFERED=1 python3 scripts/gpu_check.py --steps "${STEPS:-8}" --out /tmp/r1kit-gpu-check
-# The exact training pass (issue 26): dense vs trim_padding vs trim + shared prompt, on the synthetic long-completion batch
-PYTHONUNBUFFERED=1 python3 benchmarks/training_pass.py --skip-smollm2 --repeats 5
+export PYTHONUNBUFFERED=1
+status=0
+echo "== exactness on the GPU =="
+timeout 90 python3 scripts/gpu_exactness.py || status=1
+echo "== the training pass, side by side =="
+timeout 100 python3 benchmarks/training_pass.py --skip-smollm2 --repeats 3 || status=1
+echo "== the 1xH200 table =="
+python3 scripts/gpu_check.py --steps "${STEPS:-5}" --seconds "${TABLE_SECONDS:-300}" --out /tmp/r1kit-gpu-check || status=1
+exit $status

@@ -127,3 +127,16 @@ def test_under_bf16_autocast_the_packed_pass_equals_the_dense_pass_to_bf16_round
     for name, parameter in model.named_parameters():
         scale = dense_grads[name].abs().max().clamp(min=1e-3)
         assert (parameter.grad - dense_grads[name]).abs().max() <= 0.05 * scale, name
+
+
+@pytest.mark.slow
+def test_the_gpu_exactness_script_passes_on_cpu():
+    """scripts/gpu_exactness.py is what checks the flex path's gradients on a GPU: it must run, and pass here."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "scripts" / "gpu_exactness.py"
+    done = subprocess.run([sys.executable, str(script), "--cpu"], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "exactness on cpu : PASS" in done.stdout and done.stdout.count("PASS") >= 16

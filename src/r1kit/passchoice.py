@@ -39,6 +39,8 @@ SMOOTHING = 0.1  # the weight of each new chunk in that share's moving average
 
 DENSE, BUCKETED, PACKED, PACKED_FLEX = "dense", "bucketed", "packed", "packed_flex"
 PASS_RECORD = "training_pass.json"
+# Model types whose forward hands a FlexAttention block mask to the attention untouched (GPT-2 reshapes its mask)
+FLEX_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
 DESCRIPTIONS = {
     DENSE: "TRL's dense pass",
     BUCKETED: "length buckets (each distinct prompt once through a key/value cache)",
@@ -220,7 +222,8 @@ def candidates_for(bare, plan, trim: bool, share: bool, requested: str, device_t
     else:
         eligible.append(PACKED)
         attention_dropout = training and float(getattr(config, "attention_dropout", 0.0) or 0.0) > 0
-        if device_type == "cuda" and flex_available() and not attention_dropout:
+        if (device_type == "cuda" and flex_available() and not attention_dropout
+                and getattr(config, "model_type", None) in FLEX_MODEL_TYPES):
             eligible.append(PACKED_FLEX)
     share_packed = share and not has_active_dropout(bare, training)
     if share and not why_not_packed and not share_packed:

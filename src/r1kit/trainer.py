@@ -307,8 +307,8 @@ class R1Trainer(StopOnNonFiniteGradients, GRPOTrainer):
         curriculum_reward_index (`int` or `None`, defaults to `None`): position in `reward_funcs` of the reward whose
             group mean is a prompt's pass rate; required when the curriculum is on.
         reward_listeners (`list[Callable]`, defaults to `[]`): each is called as `listener(trainer, prompts,
-            completions, rewards, inputs)` after every scored batch (`rewards`: TRL's gathered `(batch, num_rewards)`
-            tensor, NaN for a reward's None; `inputs`: this process's rows, gold columns included); the completions
+            completions, rewards, inputs)` after every scored batch (`rewards`: a host copy of TRL's gathered
+            `(batch, num_rewards)` tensor, NaN for a reward's None; `inputs`: this process's rows, gold columns included); the completions
             recorder is one.
     """
 
@@ -376,10 +376,12 @@ class R1Trainer(StopOnNonFiniteGradients, GRPOTrainer):
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         self._round_rewards = rewards  # gathered over ranks: every rank sees every group's rewards
+        # One copy to the host for every listener and the unjudged check (each read would wait for the device)
+        host = rewards.cpu() if (self.reward_listeners or self.model.training) else None
         for listener in self.reward_listeners:
-            listener(self, prompts, completions, rewards, inputs)
+            listener(self, prompts, completions, host, inputs)
         if self.model.training:
-            self._stop_if_unjudged(rewards)
+            self._stop_if_unjudged(host)
         return rewards
 
     def _stop_if_unjudged(self, rewards: torch.Tensor) -> None:
