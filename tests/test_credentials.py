@@ -56,6 +56,7 @@ def test_training_arguments_pickle_without_their_secrets_and_still_use_them(tmp_
     loaded = torch.load(tmp_path / "training_args.bin", weights_only=False)
     assert loaded.hub_token is None and loaded.vllm_server_base_url == f"http://{REDACTED}@127.0.0.1:8000"
     assert args.hub_token == "hf_ArgsCanary0000003"  # the live run still pushes with it
+    assert "ArgsCanary" not in args.to_json_string()  # what TensorBoard's args text and W&B's config record
 
 
 def test_redaction_covers_known_values_urls_with_passwords_and_authorization_headers():

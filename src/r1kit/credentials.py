@@ -128,6 +128,24 @@ class Secret(str):
         return repr(self.saved) if self.saved is not None else f"'{REDACTED}'"
 
 
+def saved_form(value: Any) -> Any:
+    """`value` as it may be written: a `Secret` (or a list holding some) as it pickles, anything else as it is."""
+    if isinstance(value, Secret):
+        return value.saved
+    if isinstance(value, list) and any(isinstance(v, Secret) for v in value):
+        return [saved_form(v) for v in value]
+    return value
+
+
+class SealedFields:
+    """For training arguments: `to_dict` (and so `to_json_string`, what TensorBoard's args text, W&B's config and
+    every integration record) writes each sealed secret as it pickles, never its value (transformers hides fields
+    ending in `_token`, not a URL's password)."""
+
+    def to_dict(self) -> dict:
+        return {name: saved_form(value) for name, value in super().to_dict().items()}
+
+
 # YAML (a dry run's printout) writes a secret as it would be pickled: never its value.
 yaml.SafeDumper.add_representer(Secret, lambda dumper, secret: dumper.represent_str(secret.saved or REDACTED))
 

@@ -28,6 +28,7 @@ import trl.trainer.model_config
 from trl import ScriptArguments
 
 from r1kit.config.yaml_limits import load_yaml
+from r1kit.credentials import SealedFields
 from r1kit.errors import ConfigError, ConfigWarning
 from r1kit.machine import has_cuda, installed
 from r1kit.rewards.competitive import IoiProviderName, ScoringMode
@@ -518,7 +519,7 @@ def check_deepspeed_field(deepspeed: Any) -> None:
 
 
 @dataclass
-class RunFields:
+class RunFields(SealedFields):  # (to_dict never writes a sealed secret: r1kit.credentials)
     """The fields r1kit adds to both trainers' configs (`GRPOConfig`, `SFTConfig`), held once.
 
     Args:
@@ -594,8 +595,7 @@ class RunFields:
             raise ConfigError("callback evaluate_benchmarks needs `benchmarks` (e.g. [addition, humaneval, math_500])")
 
     def benchmark_generation_length(self) -> int:
-        """Tokens `evaluate_benchmarks` generates: `benchmark_max_new_tokens`, else 512 (GRPO: its completion
-        length)."""
+        """Tokens `evaluate_benchmarks` generates: `benchmark_max_new_tokens`, else 512 (GRPO: its completion length)."""
         return self.benchmark_max_new_tokens or 512
 
 
