@@ -30,6 +30,9 @@ VARIANTS = [
      ["--torch_num_threads", "1", "--use_transformers_continuous_batching", "true"]),
     ("bf16 autocast, LoRA, 1 thread, static KV cache", ["--torch_num_threads", "1", "--cache_implementation", "static"]),
     ("bf16 autocast, LoRA, 2 threads (the recipe)", []),
+    ("the recipe, training_pass: bucketed (the default before it was measured per device)",
+     ["--training_pass", "bucketed"]),
+    ("the recipe, training_pass: dense (TRL's)", ["--training_pass", "dense"]),
     # needs vLLM's CPU build (README, "vLLM on a CPU machine"); last, so that one engine lives in this process
     ("bf16 autocast, LoRA, 2 threads, colocated vLLM", ["--use_vllm", "true", "--vllm_mode", "colocate",
                                                         "--vllm_max_model_length", "512"]),

@@ -5,11 +5,12 @@ depends on the device and the batch. On a few CPU cores a token is expensive and
 buckets and a shared prompt pay; on a GPU at small sizes a call and a host sync cost more than the tokens they save,
 and TRL's dense pass wins. No constant tuned on one device decides for another: for each shape class of chunk (with
 or without gradients, rows, prompt and completion widths on a factor-sqrt(2) scale) the chooser runs each candidate on
-real micro-batches, one untimed warm-up then `TIMED_RUNS` timed, interleaved, and keeps the fastest (the least of its
-timed runs, robust to a busy machine). Dense is kept unless another is faster by `MARGIN`. A class is measured again
-when the share of real tokens in its chunks (a moving average) drifts by more than `DRIFT` from what it was when
-measured (the passes
-that skip padding read it from the host copy they make anyway; dense makes none), and after `RECHECK_AFTER` uses.
+real micro-batches, `RUNS` times each, interleaved, and keeps the fastest by the least of its runs: a first run's
+one-time costs (allocations, a kernel's compilation) and a busy machine only ever make a run slower, so the least is
+the pass's own cost. Dense is kept unless another is faster by `MARGIN`. Measuring costs a class `RUNS` micro-batches
+per candidate, some of them on slower passes. A class is measured again when the share of real tokens in its chunks
+(a moving average) drifts by more than `DRIFT` from what it was when measured (the passes that skip padding read it
+from the host copy they make anyway; dense makes none), and after `RECHECK_AFTER` uses.
 
 The chooser only counts; the trainer does the timing (`clock`, with the device synchronised around a timed run only,
 so a decided class costs no host sync), which the tests replace with an injected clock.
@@ -31,7 +32,7 @@ from r1kit.trainpass import PassPlan, call_copy_tokens, has_active_dropout, plan
 
 logger = logging.getLogger(__name__)
 
-TIMED_RUNS = 2
+RUNS = 2
 MARGIN = 0.03  # another pass must beat dense by this much to be taken: within noise, TRL's own pass stays
 RECHECK_AFTER = 500
 DRIFT = 1.25  # a class whose chunks' real-token share moves by this factor is measured again
@@ -80,11 +81,10 @@ class PassChooser:
     timings it is given.
 
     `pick(key)` returns `(pass, timed)`: while the class is being measured, the next candidate in an interleaved
-    order and whether this run is timed (each candidate's first run warms up); once decided, the choice. The caller
-    times a timed run and reports it with `record(key, pass, seconds)`. `excluded(pass, why)` drops a candidate (one
-    that cannot run here), said once."""
+    order and True (time this run); once decided, the choice and False. The caller times a timed run and reports it
+    with `record(key, pass, seconds)`. `exclude(pass, why)` drops a candidate (one that cannot run here), said once."""
 
-    def __init__(self, candidates: list[str], timed_runs: int = TIMED_RUNS, margin: float = MARGIN,
+    def __init__(self, candidates: list[str], timed_runs: int = RUNS, margin: float = MARGIN,
                  recheck_after: int = RECHECK_AFTER, log: bool = True):
         self.candidates = list(dict.fromkeys(candidates))
         self.timed_runs, self.margin, self.recheck_after = timed_runs, margin, recheck_after
@@ -116,14 +116,14 @@ class PassChooser:
             if calibration.uses <= self.recheck_after:
                 return calibration.choice, False
             self.classes[key] = calibration = Calibration()  # measured again: lengths may have drifted
-        # Candidates still short of timed runs (a timing can be discarded, so count timings, not runs)
+        # Candidates still short of timings (a timing can be discarded, so count timings, not runs)
         pending = [c for c in self.candidates if len(calibration.seconds.get(c, [])) < self.timed_runs]
         if not pending:  # measured already (a candidate was excluded since): decide now
             self._decide(key, calibration)
             return calibration.choice, False
         candidate = min(pending, key=lambda c: (calibration.runs.get(c, 0), self.candidates.index(c)))
         calibration.runs[candidate] = calibration.runs.get(candidate, 0) + 1
-        return candidate, calibration.runs[candidate] > 1
+        return candidate, True
 
     def observe(self, key: tuple, real_share: float) -> bool:
         """A chunk's share of real (unpadded) tokens, from a pass that read it anyway. True when a decided class's
