@@ -109,6 +109,10 @@ def test_a_run_takes_the_pass_its_device_measures_fastest(tmp_path, fastest):
     [decision] = record["decisions"]
     assert decision["pass"] == fastest and decision["seconds"][fastest] == min(cost.values())
     assert "loss pass" in decision["class"]
+    from r1kit.report import pass_lines  # r1kit report says it under its table
+
+    lines = pass_lines(tmp_path)
+    assert "measured on this run's cpu" in lines[0] and f": {fastest} (measured: {fastest} " in lines[1]
 
 
 def test_a_class_whose_chunks_drift_from_what_it_was_measured_on_is_measured_again():

@@ -3,7 +3,8 @@
 Reads `trainer_state.json` (TRL's logged metrics), `heldout_accuracy.jsonl` (the `heldout_accuracy` callback),
 `eval/checkpoint-*/<benchmark>.json` (the `evaluate_benchmarks` callback) and the tripwires' firings
 (`tripwires.jsonl`, `tripwire_rollbacks.json`: a panel of the wires, firing points marked), so it works on a finished
-run or on one in progress (it then reads the newest checkpoint's state).
+run or on one in progress (it then reads the newest checkpoint's state). Below the table: the training pass the run
+measured and took per batch shape (`training_pass.json`).
 """
 
 from __future__ import annotations
@@ -173,8 +174,27 @@ def table(history: list[dict], heldout: list[dict], rows: int = 10) -> str:
     return "\n".join(lines)
 
 
+def pass_lines(output_dir: Path) -> list[str]:
+    """The training pass the run measured and took per batch shape (`training_pass.json`, written by
+    r1kit.passchoice), one line each; none when the run measured nothing."""
+    path = output_dir / "training_pass.json"
+    try:
+        record = json.loads(path.read_text()) if path.is_file() else {}
+    except (OSError, json.JSONDecodeError):
+        return []
+    lines = []
+    for decision in record.get("decisions", []):
+        seconds = decision.get("seconds", {})
+        measured = ", ".join(f"{name} {'unusable' if t is None else f'{t * 1000:.1f} ms'}"
+                             for name, t in sorted(seconds.items(), key=lambda kv: math.inf if kv[1] is None else kv[1]))
+        lines.append(f"  {decision.get('class')}: {decision.get('pass')} (measured: {measured})")
+    if lines:
+        lines.insert(0, f"Training pass, measured on this run's {record.get('device', 'device')} (fastest kept):")
+    return lines + [f"  {note}" for note in record.get("notes", [])]
+
+
 def report(output_dir: str | Path) -> tuple[Path, str]:
-    """Draws `OUTPUT_DIR/report.png`; returns its path and the table."""
+    """Draws `OUTPUT_DIR/report.png`; returns its path and the table (and the training pass the run took)."""
     output_dir = Path(output_dir)
     history = load_history(output_dir)
     if not history:
@@ -182,7 +202,8 @@ def report(output_dir: str | Path) -> tuple[Path, str]:
     heldout = [r for r in load_jsonl(output_dir / "heldout_accuracy.jsonl")
                if isinstance(r.get("step"), int) and isinstance(r.get("accuracy"), (int, float))]
     heldout.sort(key=lambda r: r["step"])
-    return draw(output_dir, history, heldout, load_benchmarks(output_dir)), table(history, heldout)
+    text = "\n".join([table(history, heldout), *(["", *pass_lines(output_dir)] if pass_lines(output_dir) else [])])
+    return draw(output_dir, history, heldout, load_benchmarks(output_dir)), text
 
 
 def add_parser(subparsers):
