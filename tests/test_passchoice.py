@@ -128,3 +128,13 @@ def test_a_class_whose_chunks_drift_from_what_it_was_measured_on_is_measured_aga
     drifted = [chooser.observe(KEY, 1.0) for _ in range(20)]  # no padding any more: packing has nothing to save
     assert drifted.count(True) == 1 and drifted.index(True) <= 10
     assert chooser.decisions() == [] and chooser.pick(KEY) == (DENSE, True)  # measured again
+
+
+def test_a_faster_pass_that_keeps_more_memory_than_dense_is_not_taken():
+    chooser = PassChooser([DENSE, BUCKETED, PACKED])
+    saved = {DENSE: 100, BUCKETED: 150, PACKED: 90}  # bytes kept for backward
+    for _ in range(6):
+        choice, timed = chooser.pick(KEY)
+        chooser.record(KEY, choice, {DENSE: 3.0, BUCKETED: 1.0, PACKED: 2.0}[choice], saved[choice])
+    [decision] = chooser.decisions()
+    assert decision["pass"] == PACKED and decision["saved_for_backward_bytes"] == saved  # bucketed: faster, heavier

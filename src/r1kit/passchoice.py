@@ -18,6 +18,7 @@ so a decided class costs no host sync), which the tests replace with an injected
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -34,6 +35,7 @@ logger = logging.getLogger(__name__)
 
 RUNS = 2
 MARGIN = 0.03  # another pass must beat dense by this much to be taken: within noise, TRL's own pass stays
+MEMORY_SLACK = 1.02  # nor may it keep more than this times dense's activation memory for backward
 RECHECK_AFTER = 500
 DRIFT = 1.25  # a class whose chunks' real-token share moves by this factor is measured again
 SMOOTHING = 0.1  # the weight of each new chunk in that share's moving average
@@ -74,6 +76,7 @@ class Calibration:
     uses: int = 0
     shares: list[float] = field(default_factory=list)  # real-token shares of the chunks it was measured on
     recent: float | None = None  # their moving average since
+    saved: dict[str, int] = field(default_factory=dict)  # per candidate, the least bytes kept for backward
 
 
 class PassChooser:
@@ -146,12 +149,15 @@ class PassChooser:
                         "measuring again", describe(key), 100 * recent, 100 * reference)
         return True
 
-    def record(self, key: tuple, candidate: str, seconds: float) -> bool:
-        """Adds a timed run; True when it completes the class's measurements (the class is then decided)."""
+    def record(self, key: tuple, candidate: str, seconds: float, saved_bytes: int | None = None) -> bool:
+        """Adds a timed run (and, for a loss pass, the bytes it kept for backward); True when it completes the class's
+        measurements (the class is then decided)."""
         calibration = self.classes.get(key)
         if calibration is None or calibration.choice is not None or candidate not in self.candidates:
             return False
         calibration.seconds.setdefault(candidate, []).append(seconds)
+        if saved_bytes is not None:
+            calibration.saved[candidate] = min(saved_bytes, calibration.saved.get(candidate, saved_bytes))
         if all(len(calibration.seconds.get(c, [])) >= self.timed_runs for c in self.candidates):
             self._decide(key, calibration)
             return True
@@ -159,18 +165,24 @@ class PassChooser:
 
     def _decide(self, key: tuple, calibration: Calibration) -> None:
         best = {c: min(calibration.seconds[c]) for c in self.candidates}
-        fastest = min(best, key=best.get)
+        # Never more memory than dense: a pass that keeps more activations for backward is not taken, however fast
+        dense_bytes = calibration.saved.get(DENSE)
+        lighter = [c for c in best if dense_bytes is None or calibration.saved.get(c, 0) <= dense_bytes * MEMORY_SLACK]
+        fastest = min(lighter, key=best.get)
         baseline = best.get(DENSE, math.inf)
         calibration.choice = fastest if best[fastest] < baseline * (1 - self.margin) or math.isinf(baseline) else DENSE
         if self.log:
-            logger.info("training pass for %s: %s (measured: %s)", describe(key), calibration.choice,
-                        ", ".join(f"{c} {ms(best[c])}" for c in sorted(best, key=best.get)))
+            heavier = sorted(set(best) - set(lighter))
+            logger.info("training pass for %s: %s (measured: %s%s)", describe(key), calibration.choice,
+                        ", ".join(f"{c} {ms(best[c])}" for c in sorted(best, key=best.get)),
+                        f"; {', '.join(heavier)} kept more memory than dense" if heavier else "")
 
     def decisions(self) -> list[dict]:
         """Each decided class: its description, the pass taken and the least measured seconds per candidate."""
         return [{"class": describe(key), "key": list(key), "pass": c.choice,
                  "seconds": {name: None if math.isinf(min(times)) else min(times)
-                             for name, times in c.seconds.items() if times}}
+                             for name, times in c.seconds.items() if times},
+                 **({"saved_for_backward_bytes": dict(c.saved)} if c.saved else {})}
                 for key, c in self.classes.items() if c.choice is not None]
 
 
@@ -188,17 +200,18 @@ class PassTimer:
 
     def start(self, chooser: PassChooser, key: tuple, candidate: str) -> None:
         self.synchronize()
+        self.saved_bytes = None
         self.running = (chooser, key, candidate, self.clock())
 
     def stop(self, unusable: bool = False) -> bool:
-        """Reports the running timing (infinite when `unusable`: the candidate could not take the chunk); True when
-        that decided its class."""
+        """Reports the running timing (infinite when `unusable`: the candidate could not take the chunk) and the bytes
+        its forward kept for backward; True when that decided its class."""
         if self.running is None:
             return False
         self.synchronize()
         chooser, key, candidate, started = self.running
         self.running = None
-        return chooser.record(key, candidate, math.inf if unusable else self.clock() - started)
+        return chooser.record(key, candidate, math.inf if unusable else self.clock() - started, self.saved_bytes)
 
     def discard(self) -> None:
         self.running = None
@@ -261,6 +274,23 @@ class PassSet:
     chooser: PassChooser
     config: object
     flex_checked: bool = False
+
+
+@contextlib.contextmanager
+def counted_saved_bytes(active: bool):
+    """Inside, with `active`, the bytes autograd keeps for backward are summed into the yielded list's one entry: a
+    pass's activation memory, the same on every device (the allocator's peak is global, and a run's own)."""
+    total = [0]
+    if not active:
+        yield total
+        return
+
+    def pack(tensor):
+        total[0] += tensor.numel() * tensor.element_size()
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        yield total
 
 
 def device_synchronizer(device: torch.device):
@@ -347,7 +377,10 @@ class PassRunner:
             timed = False
         if timed:
             self.timer.start(passes.chooser, key, choice)
-        result = self.run(model, passes, dense, choice, ids, mask, width, compute_entropy, key)
+        with counted_saved_bytes(timed and grad) as saved:
+            result = self.run(model, passes, dense, choice, ids, mask, width, compute_entropy, key)
+        if timed and grad:
+            self.timer.saved_bytes = saved[0]
         if result is None:  # the packed row is too long for a dense mask: this chunk takes the dense pass
             if timed:
                 self.timer.stop(unusable=True)
