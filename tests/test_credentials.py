@@ -103,6 +103,27 @@ def test_every_log_record_is_redacted_whichever_library_logs_it(tmp_path):
     assert "Canary" not in stream.getvalue() and stream.getvalue().count(REDACTED) >= 6
 
 
+CRASH = """
+import threading
+from r1kit import credentials
+credentials.remember("CrashCanary00018")
+credentials.guard_logs()
+def fail():
+    raise OSError("CrashCanary00018")
+worker = threading.Thread(target=fail)
+worker.start()
+worker.join()
+raise RuntimeError("http://me:CrashCanary19@host: CrashCanary00018")
+"""
+
+
+def test_an_uncaught_exception_prints_no_secret():
+    done = subprocess.run([sys.executable, "-c", CRASH], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and "RuntimeError" in done.stderr and "Exception in thread" in done.stderr
+    assert "CrashCanary" not in done.stderr
+
+
 def test_a_dry_run_and_an_error_line_name_no_secret(tmp_path, capsys, tiny_model_dir, math_jsonl):
     from r1kit.cli import main
 

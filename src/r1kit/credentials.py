@@ -24,7 +24,9 @@ import logging
 import os
 import re
 import stat
+import sys
 import threading
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -218,7 +220,7 @@ def redact_argv(argv: list[str]) -> list[str]:
 
 def guard_logs() -> None:
     """From now on every log record of this process, whichever library logs it and whichever handler writes it, is
-    made redacted: its message and its traceback."""
+    made redacted (its message and its traceback), and so is the traceback of an exception nothing caught."""
     previous = logging.getLogRecordFactory()
     if getattr(previous, "r1kit_guard", False):
         return
@@ -238,6 +240,22 @@ def guard_logs() -> None:
 
     make_record.r1kit_guard = True
     logging.setLogRecordFactory(make_record)
+    guard_tracebacks()
+
+
+def guard_tracebacks() -> None:
+    """An uncaught exception's traceback (the main thread's or another's), printed redacted, as Python prints it."""
+
+    def print_redacted(kind, value, tb, header: str = "") -> None:
+        sys.stderr.write(redact(header + "".join(traceback.format_exception(kind, value, tb))))
+
+    def thread_hook(args) -> None:
+        if args.exc_type is not SystemExit:
+            name = args.thread.name if args.thread is not None else threading.get_ident()
+            print_redacted(args.exc_type, args.exc_value, args.exc_traceback, f"Exception in thread {name}:\n")
+
+    sys.excepthook = print_redacted
+    threading.excepthook = thread_hook
 
 
 # --------------------------------------------------------------------------------------------------------------------
