@@ -124,6 +124,32 @@ def test_an_uncaught_exception_prints_no_secret():
     assert "CrashCanary" not in done.stderr
 
 
+FAKE_SCORER = "import json, os\nprint(json.dumps({'ready': True}))\nprint(json.dumps({'env': sorted(os.environ)}))\n"
+
+
+def test_processes_that_parse_answers_outside_a_jail_hold_no_secret(tmp_path, monkeypatch):
+    """math-verify's workers and an unsandboxed reasoning-gym scorer parse model-written answers with parsers that
+    eval (sympy's parse_expr): the trainer's secrets stay out of their environment; what else they need stays."""
+    from r1kit.rewards import gym
+    from r1kit.rewards.verify import VerifierPool
+
+    monkeypatch.setenv("HF_TOKEN", "hf_ReachCanary000020")
+    monkeypatch.setenv("HTTPS_PROXY", "http://me:ReachCanary21@proxy:3128")
+    monkeypatch.setenv("R1KIT_VLLM_SECRET_FILE", "/where/the/secret/is")
+    pool = VerifierPool(workers=1)
+    worker = pool._start_worker()
+    try:
+        assert worker.conn.poll(120) and worker.conn.recv() == "ready"  # running, its imports done
+        environ = Path(f"/proc/{worker.process.pid}/environ").read_bytes()
+    finally:
+        pool._kill(worker)
+    assert b"ReachCanary" not in environ and b"R1KIT_VLLM_SECRET_FILE=" in environ and b"PATH=" in environ
+    (tmp_path / "scorer.py").write_text(FAKE_SCORER)
+    monkeypatch.setattr(gym, "SERVER", tmp_path / "scorer.py")
+    replies, _ = gym._run_server(["{}"], timeout=5.0, isolate=False)
+    assert "HF_TOKEN" not in replies[0]["env"] and "HTTPS_PROXY" not in replies[0]["env"] and "PATH" in replies[0]["env"]
+
+
 def test_a_dry_run_and_an_error_line_name_no_secret(tmp_path, capsys, tiny_model_dir, math_jsonl):
     from r1kit.cli import main
 

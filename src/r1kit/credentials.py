@@ -107,6 +107,15 @@ def is_secret_field(name: str) -> bool:
     return bool(SECRET_FIELD.search(name))
 
 
+def without_secrets(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """`environ` (the process's environment) less its secret-named variables and any value holding a URL password:
+    for the processes that parse model-written answers outside a jail (math-verify's workers, an unsandboxed
+    reasoning-gym scorer), which need the rest."""
+    environ = os.environ if environ is None else environ
+    return {name: value for name, value in environ.items()
+            if not (SECRET_ENV.search(name) and not NOT_A_SECRET_ENV.search(name)) and not USERINFO.search(value)}
+
+
 # --------------------------------------------------------------------------------------------------------------------
 # Values that are never saved
 # --------------------------------------------------------------------------------------------------------------------

@@ -39,6 +39,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+from r1kit.credentials import without_secrets
 from r1kit.errors import ConfigError
 from r1kit.gym_data import UnfaithfulRecord, decode_record, encode_value, is_gym_source, is_number
 from r1kit.rewards.text import last_answer_block, log_once, per_sample, texts
@@ -156,7 +157,8 @@ def _run_server(requests: list[str], timeout: float, isolate: bool) -> tuple[lis
                                max_stdout=max_stdout, read_only=inside)
         else:
             proc = subprocess.Popen([sys.executable, "-I", "-S", *args], stdin=subprocess.PIPE,
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                                    env=without_secrets())  # the scorer may eval an answer: no secret in its reach
             done = jail.collect(proc, stdin, budget, max_stdout)
     except (OSError, subprocess.SubprocessError) as e:  # could not start (no memory, no processes): infrastructure
         return None, f"{type(e).__name__}: {e}"

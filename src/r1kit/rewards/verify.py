@@ -38,6 +38,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 
+from r1kit.credentials import without_secrets
 from r1kit.rewards.text import last_answer_block, log_once
 
 logger = logging.getLogger(__name__)
@@ -272,7 +273,9 @@ class VerifierPool:
     def _start_worker(self) -> _Worker:
         parent, child = socket.socketpair()
         try:
-            env = {**os.environ, "OMP_NUM_THREADS": "1"}  # the pool is the parallelism; the trainer owns the cores
+            # The pool is the parallelism (the trainer owns the cores); no secret of the trainer's reaches a worker,
+            # whose parser (sympy's parse_expr) evals what it parses of an answer.
+            env = {**without_secrets(), "OMP_NUM_THREADS": "1"}
             command = [sys.executable, "-c", _WORKER_CODE, str(child.fileno()), json.dumps(sys.path)]
             process = subprocess.Popen(command, pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL, env=env)
         except (OSError, ValueError) as e:  # no executable (embedded Python), no process creation
