@@ -302,7 +302,7 @@ def test_start_is_quiet_and_says_what_matters(tmp_path, tiny_model_dir, math_jso
     assert block[2].startswith(f"  data     {math_jsonl}: train 32 rows")
     assert block[3] == "  rewards  accuracy x1, tests.rewards_for_tests:length_variety x0.5"
     assert block[4].startswith("  steps    1, each 2 prompts x 4 completions")
-    assert block[5].startswith("  pass     each completion recomputes its prompt; no compute on padding")
-    assert "gradient checkpointing" in block[5]  # TRL's default, on here
+    assert block[5].startswith("  pass     the fastest of dense, bucketed, packed, measured on this cpu")
+    assert "gradient checkpointing" in block[5]  # TRL's default, on here: the buckets' cache prompt stands down
     assert block[6] == f"  output   {tmp_path / 'out'}"
     assert block[7] == "  resume   starts at step 0"
