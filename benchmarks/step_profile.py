@@ -266,22 +266,28 @@ def in_subprocess(runner: str, model: str, fields: dict, warmup: int, timeout: f
     return json.loads(line[len("RESULT "):])
 
 
-def build_random_llama(folder: Path, hidden: int, intermediate: int, layers: int, heads: int, kv_heads: int) -> int:
-    """A random model of the given layer shapes with the demo tokenizer (no download); its parameter count."""
-    from transformers import AutoTokenizer, GenerationConfig, LlamaConfig, LlamaForCausalLM
+def build_random_model(folder: Path, model_type: str = "llama", **shape) -> int:
+    """A randomly initialised model of `model_type` (llama, qwen2) with the given layer shapes (`hidden_size`,
+    `intermediate_size`, `num_hidden_layers`, `num_attention_heads`, `num_key_value_heads`) and the demo tokenizer (no
+    download); its parameter count."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
     from r1kit.modeling import DEMO_MODEL
 
     tokenizer = AutoTokenizer.from_pretrained(DEMO_MODEL)
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=intermediate,
-                         num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv_heads,
-                         max_position_embeddings=4096, tie_word_embeddings=True, eos_token_id=tokenizer.eos_token_id,
-                         pad_token_id=tokenizer.pad_token_id, bos_token_id=None)
-    model = LlamaForCausalLM(config)
+    config = AutoConfig.for_model(model_type, vocab_size=len(tokenizer), max_position_embeddings=4096,
+                                  tie_word_embeddings=True, eos_token_id=tokenizer.eos_token_id,
+                                  pad_token_id=tokenizer.pad_token_id, bos_token_id=None, **shape)
+    model = AutoModelForCausalLM.from_config(config)
     model.generation_config = GenerationConfig(eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return sum(p.numel() for p in model.parameters())
+
+
+def build_random_llama(folder: Path, hidden: int, intermediate: int, layers: int, heads: int, kv_heads: int) -> int:
+    return build_random_model(folder, "llama", hidden_size=hidden, intermediate_size=intermediate,
+                              num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv_heads)
 
 
 def print_row(label: str, ours: dict, plain: dict) -> None:

@@ -36,21 +36,10 @@ QWEN_SHAPES = {  # hidden, intermediate, layers, heads, key/value heads (the mod
 
 
 def build_qwen_shape(folder: Path, shape: tuple) -> int:
-    from transformers import AutoTokenizer, GenerationConfig, Qwen2Config, Qwen2ForCausalLM
-
-    from r1kit.modeling import DEMO_MODEL
-
     hidden, intermediate, layers, heads, kv_heads = shape
-    tokenizer = AutoTokenizer.from_pretrained(DEMO_MODEL)
-    config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=intermediate,
-                         num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv_heads,
-                         max_position_embeddings=4096, tie_word_embeddings=True, eos_token_id=tokenizer.eos_token_id,
-                         pad_token_id=tokenizer.pad_token_id, bos_token_id=None)
-    model = Qwen2ForCausalLM(config)
-    model.generation_config = GenerationConfig(eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return sum(p.numel() for p in model.parameters())
+    return step_profile.build_random_model(folder, "qwen2", hidden_size=hidden, intermediate_size=intermediate,
+                                           num_hidden_layers=layers, num_attention_heads=heads,
+                                           num_key_value_heads=kv_heads)
 
 
 def rows(out: Path, smoke: bool) -> list[tuple[str, str, dict, int]]:
