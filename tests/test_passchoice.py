@@ -138,3 +138,26 @@ def test_a_faster_pass_that_keeps_more_memory_than_dense_is_not_taken():
         chooser.record(KEY, choice, {DENSE: 3.0, BUCKETED: 1.0, PACKED: 2.0}[choice], saved[choice])
     [decision] = chooser.decisions()
     assert decision["pass"] == PACKED and decision["saved_for_backward_bytes"] == saved  # bucketed: faster, heavier
+
+
+@pytest.mark.slow
+def test_without_gradients_a_chunk_takes_the_pass_its_loss_pass_twin_took(tmp_path):
+    """The old log-probabilities of num_iterations > 1 must come from the pass the loss uses (under bf16 two passes
+    round differently, and the first update's importance ratio must be 1)."""
+    import torch
+
+    from tests.test_trainpass import build_trainer, micro_batch
+
+    trainer = build_trainer(tmp_path, "llama")
+    batch = micro_batch(len(trainer.processing_class))
+    ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
+    mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
+    ran = injected_clock(trainer, {DENSE: 3.0, BUCKETED: 2.0, PACKED: 1.0})
+    for _ in range(6):  # the loss pass's class is measured: packed
+        loss = trainer.compute_loss(trainer.model, dict(batch))
+        loss.backward()
+        trainer.passes.step_done()
+    del ran[:]
+    with torch.no_grad():
+        trainer._get_per_token_logps_and_entropies(trainer.model, ids, mask, 10)
+    assert ran == [PACKED] and not trainer.passes.timer.running

@@ -128,6 +128,11 @@ class PassChooser:
         calibration.runs[candidate] = calibration.runs.get(candidate, 0) + 1
         return candidate, True
 
+    def choice(self, key: tuple) -> str | None:
+        """The class's decided pass, or None while it is measured (or never seen)."""
+        calibration = self.classes.get(key)
+        return calibration.choice if calibration is not None else None
+
     def observe(self, key: tuple, real_share: float) -> bool:
         """A chunk's share of real (unpadded) tokens, from a pass that read it anyway. True when a decided class's
         chunks drifted away from what it was measured on: it is then measured again."""
@@ -371,7 +376,11 @@ class PassRunner:
         """The chunk's `(log-probabilities, entropies)` by the pass its shape class takes (or is measuring)."""
         grad = torch.is_grad_enabled()
         key = shape_class(grad, ids.size(0), ids.size(1) - width, width)
-        choice, timed = passes.chooser.pick(key)
+        # Without gradients (the old and reference log-probabilities) a chunk takes its loss-pass twin's pass once
+        # that is decided: under bf16 two passes round differently, and the importance ratio of the first update
+        # (num_iterations > 1) must be 1, as in TRL
+        twin = passes.chooser.choice((True, *key[1:])) if not grad else None
+        choice, timed = (twin, False) if twin is not None else passes.chooser.pick(key)
         if timed and self.timer.running is not None:
             self.timer.discard()  # two loss passes in one training step: neither timing stands for one pass
             timed = False
