@@ -61,11 +61,15 @@ def test_two_ranks_roll_back_and_stop_together_when_a_tripwire_fires(tmp_path, t
                          per_device_train_batch_size=4, num_generations=4, tripwire_max_rollbacks=1,
                          tripwires={"length_blowup": {"threshold": 0.0, "window": 2, "action": "rollback"}})
     result, log = train_on_two_ranks(tmp_path, recipe)
-    assert result.returncode == 0, log[-4000:]
+    assert result.returncode != 0, log[-4000:]  # a stop is no success (torchrun's own code: r1kit launch gives 3)
     assert "Process rank 1 / world size 2" in log
+    assert json.loads((out / "r1kit_run.json").read_text())["status"] == "stopped"
+    assert not (out / "model.safetensors").exists()
     # Fires at step 2 (the window is full): back to checkpoint-1; fires again at step 3: no rollback left, so stop.
     ledger = json.loads((out / "tripwire_rollbacks.json").read_text())
-    assert [(d["step"], Path(d["checkpoint"]).name) for d in ledger["done"]] == [(2, "checkpoint-1")]
+    assert [(d["step"], Path(d["checkpoint"]).name, d["applied"]) for d in ledger["rollbacks"]] == [
+        (2, "checkpoint-1", True)]
+    assert ledger["stop"]["step"] == 3  # written before both ranks stopped
     assert json.loads((out / "trainer_state.json").read_text())["global_step"] == 3
     fired = [json.loads(line) for line in (out / "tripwires.jsonl").read_text().splitlines()]
     assert [(f["step"], f["action"]) for f in fired][-1] == (3, "stop")

@@ -17,7 +17,7 @@ from types import SimpleNamespace
 import pytest
 from transformers import TrainerControl, TrainerState
 
-from r1kit import run as runs
+from r1kit import lifecycle
 from r1kit.checkpoints import completed_run
 from r1kit.errors import ConfigError
 from tests.helpers import raises_naming, tiny_recipe, write_recipe
@@ -103,7 +103,7 @@ def interrupt_after_first_step(command: str, recipe: Path, signal_number: int) -
 
 def assert_interrupted_cleanly(code: int, log: str, out: Path, signal_name: str, max_steps: int) -> int:
     """Exit 75, one line naming the signal and the saved checkpoint, no traceback, no final model. Returns the step."""
-    assert code == runs.EXIT_INTERRUPTED, log[-3000:]
+    assert code == lifecycle.EXIT_INTERRUPTED, log[-3000:]
     assert "Traceback" not in log, log[-3000:]
     said = [line for line in log.splitlines() if f"Interrupted by {signal_name} at step" in line]
     assert len(said) == 1, log[-3000:]
@@ -186,7 +186,7 @@ def test_sft_on_sigint_saves_exits_75_and_the_same_command_resumes_exactly(tmp_p
 
     # A finished run stays finished: the same command again says so and trains nothing.
     def files():  # every file but the lock, which each run takes and lets go of
-        return {p.name: p.stat().st_mtime_ns for p in out.iterdir() if p.name != runs.LOCK_FILE}
+        return {p.name: p.stat().st_mtime_ns for p in out.iterdir() if p.name != lifecycle.LOCK_FILE}
 
     before = files()
     code, log = run_to_end("sft", path)
@@ -227,25 +227,25 @@ def test_a_second_run_into_a_busy_output_dir_is_refused_and_a_deleted_folder_sto
 
 
 def test_the_lock_names_its_holder_and_a_stale_one_is_taken_over(tmp_path, caplog):
-    held = runs.OutputLock.acquire(tmp_path)
+    held = lifecycle.OutputLock.acquire(tmp_path)
     with raises_naming("output_dir", str(tmp_path), f"pid {os.getpid()}"):
-        runs.OutputLock.acquire(tmp_path)
+        lifecycle.OutputLock.acquire(tmp_path)
     # The holder dies without releasing: the kernel drops its flock, its file still names it.
     os.close(held.fd)
     caplog.clear()
-    taken = runs.OutputLock.acquire(tmp_path)
+    taken = lifecycle.OutputLock.acquire(tmp_path)
     takeovers = [r.getMessage() for r in caplog.records if "Taking over" in r.getMessage()]
     assert len(takeovers) == 1 and f"pid {os.getpid()}" in takeovers[0]
     taken.release()
     caplog.clear()
-    runs.OutputLock.acquire(tmp_path).release()  # released cleanly: no take-over line
+    lifecycle.OutputLock.acquire(tmp_path).release()  # released cleanly: no take-over line
     assert not [r for r in caplog.records if "Taking over" in r.getMessage()]
 
 
 def test_step_end_stops_with_a_save_on_a_signal_and_fails_on_a_lost_folder(tmp_path):
-    life = runs.Lifecycle(str(tmp_path), is_main=True, world_size=1)
-    life.lock = runs.OutputLock.acquire(tmp_path)
-    stopper, args = runs.StopAtStepEnd(life), SimpleNamespace(device="cpu")
+    life = lifecycle.Lifecycle(str(tmp_path), is_main=True, world_size=1)
+    life.lock = lifecycle.OutputLock.acquire(tmp_path)
+    stopper, args = lifecycle.StopAtStepEnd(life), SimpleNamespace(device="cpu")
     state, control = TrainerState(global_step=2, max_steps=5), TrainerControl()
     stopper.on_step_end(args, state, control)
     assert not (control.should_save or control.should_training_stop)  # no signal: nothing changes
@@ -259,7 +259,7 @@ def test_step_end_stops_with_a_save_on_a_signal_and_fails_on_a_lost_folder(tmp_p
     stopper.on_step_end(args, last, control)
     assert life.stopped_at is None  # at the last step the run just finishes (and writes its final model)
 
-    replaced = tmp_path / runs.LOCK_FILE
+    replaced = tmp_path / lifecycle.LOCK_FILE
     replaced.unlink()
     replaced.write_text("")  # the folder deleted and made again by someone else: not this run's lock
     with raises_naming("output_dir", str(tmp_path), "step"):
@@ -277,12 +277,12 @@ def test_signals_before_during_and_after_training(tmp_path):
         for _ in range(200):  # Python runs the handler between two bytecodes of the main thread
             time.sleep(0.005)
 
-    life = runs.Lifecycle(str(tmp_path), is_main=False, world_size=1)
+    life = lifecycle.Lifecycle(str(tmp_path), is_main=False, world_size=1)
     life.hold_signals()
     try:
         with pytest.raises(SystemExit) as stopped:
             deliver(signal.SIGTERM)
-        assert stopped.value.code == runs.EXIT_INTERRUPTED
+        assert stopped.value.code == lifecycle.EXIT_INTERRUPTED
 
         life.received, life.phase = None, "training"
         deliver(signal.SIGTERM)
@@ -324,15 +324,15 @@ def test_begin_refuses_a_completed_run_under_resume_auto_only(tmp_path):
     (tmp_path / "r1kit_run.json").write_text(json.dumps({"status": "completed", "global_step": 3, "max_steps": 3}))
     args = SimpleNamespace(output_dir=str(tmp_path), process_index=0, world_size=1, resume="auto", max_steps=3,
                            num_train_epochs=3.0)
-    with pytest.raises(runs.RunAlreadyComplete) as done:
-        runs.begin(args)
+    with pytest.raises(lifecycle.RunAlreadyComplete) as done:
+        lifecycle.begin(args)
     assert done.value.exit_code == 0
-    runs.OutputLock.acquire(tmp_path).release()  # the refused run let go of the folder
+    lifecycle.OutputLock.acquire(tmp_path).release()  # the refused run let go of the folder
     args.resume = "never"
-    life = runs.begin(args)
+    life = lifecycle.begin(args)
     try:
         with pytest.raises(ConfigError):  # and a started one holds it
-            runs.OutputLock.acquire(tmp_path)
+            lifecycle.OutputLock.acquire(tmp_path)
     finally:
         life.end()
 
@@ -351,12 +351,12 @@ def test_grpo_killed_while_writing_its_final_model_finishes_without_training_pas
                                                                   save_steps=2)))]
     pipeline(*parse_args(args))
     assert json.loads((out / "r1kit_run.json").read_text())["status"] == "completed"
-    with pytest.raises(runs.RunAlreadyComplete):  # rerun: nothing to do (it used to train step 3, then 4, ...)
+    with pytest.raises(lifecycle.RunAlreadyComplete):  # rerun: nothing to do (it used to train step 3, then 4, ...)
         pipeline(*parse_args(args))
     assert not (out / "checkpoint-3").exists()
 
     # A kill while the final model was being written: checkpoint-2 is there, the record still says running.
-    runs.update_run_record(str(out), status="running")
+    lifecycle.update_run_record(str(out), status="running")
     (out / "model.safetensors").unlink()
     pipeline(*parse_args(args))
     assert not (out / "checkpoint-3").exists()

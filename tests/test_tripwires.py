@@ -108,8 +108,8 @@ def test_rollback_trains_again_from_the_earlier_checkpoint_with_the_learning_rat
     run_recipe(tmp_path, tiny_recipe(tiny_model_dir, math_jsonl, out, max_steps=4, save_steps=2, save_total_limit=1,
                                      tripwires={"length_blowup": {"threshold": 0.0, "window": 3, "action": "rollback"}}))
     ledger = json.loads((out / "tripwire_rollbacks.json").read_text())
-    assert ledger["pending"] is None and len(ledger["done"]) == 1
-    assert ledger["done"][0]["checkpoint"].endswith("checkpoint-2") and ledger["done"][0]["step"] == 3
+    assert [(r["applied"], r["step"], r["lr_scale"]) for r in ledger["rollbacks"]] == [(True, 3, 0.5)]
+    assert ledger["rollbacks"][0]["checkpoint"].endswith("checkpoint-2")
     state = json.loads((out / "trainer_state.json").read_text())
     lr = {e["step"]: e["learning_rate"] for e in state["log_history"] if "learning_rate" in e}
     assert state["global_step"] == 4 and sorted(lr) == [1, 2, 3, 4]

@@ -3,8 +3,10 @@ left to train.
 
 `auto` continues from the newest *complete* checkpoint in `output_dir` (a half-written one, e.g. from a crash while
 saving, is skipped with a warning) and says so at the default log level; `never` starts fresh; a path continues from
-that checkpoint. A run that completed records it in `r1kit_run.json`; under `auto`, rerunning it does nothing
-(`completed_run`) unless the recipe asks for more steps. Shared by `r1kit grpo` and `r1kit sft`.
+that checkpoint. The run's ledger (`r1kit.ledger`) is read first: a checkpoint of a stretch a tripwire rollback
+abandoned is never resumed from. A tripwire's rollback target is verified the same way (`resumable_problem`). A run
+that completed records it in `r1kit_run.json`; under `auto`, rerunning it does nothing (`completed_run`) unless the
+recipe asks for more steps. Shared by `r1kit grpo` and `r1kit sft`.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import logging
 import re
 from pathlib import Path
 
+from r1kit import ledger
 from r1kit.errors import ConfigError
 
 logger = logging.getLogger(__name__)
@@ -28,7 +31,7 @@ WEIGHT_FILES = (
     "adapter_model.bin",
 )
 CHECKPOINT_NAME = re.compile(r"^checkpoint-(\d+)$")
-RUN_RECORD = "r1kit_run.json"  # what a run says about itself: status (running, interrupted, completed), steps, versions
+RUN_RECORD = "r1kit_run.json"  # what a run says about itself: status (running, interrupted, stopped, completed), ...
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -138,6 +141,16 @@ def check_training_state(path: Path, without_optimizer: bool) -> None:
                        "one exactly.", path)
 
 
+def resumable_problem(path: Path, without_optimizer: bool = False) -> str | None:
+    """Why training cannot continue from `path` exactly as a resume would (`checkpoint_problem`, or no optimizer or
+    scheduler state without `without_optimizer`), or None."""
+    problem = checkpoint_problem(path)
+    missing = missing_training_state(path) if problem is None else []
+    if missing and not without_optimizer:
+        return f"it holds no {' or '.join(missing)}"
+    return problem
+
+
 def check_resume(resume: str) -> None:
     """`resume` is `auto`, `never` or an existing checkpoint folder (with a did-you-mean for a near miss)."""
     if resume in ("auto", "never") or Path(resume).is_dir():
@@ -169,8 +182,9 @@ def find_resume_checkpoint(output_dir: str, resume: str, without_optimizer: bool
     candidates = sorted(
         (int(m[1]), p) for p in folder.iterdir() if p.is_dir() and (m := CHECKPOINT_NAME.match(p.name))
     )
-    for _, path in reversed(candidates):
-        problem = checkpoint_problem(path)
+    decisions = ledger.read(output_dir)  # first: what the tripwires decided, before any checkpoint is trusted
+    for step, path in reversed(candidates):
+        problem = abandoned_problem(decisions, path, step) or checkpoint_problem(path)
         if problem is None:
             step = json.loads((path / "trainer_state.json").read_text()).get("global_step", "?")
             # At the default log level too: a rerun that silently continues an old run would surprise.
@@ -182,6 +196,27 @@ def find_resume_checkpoint(output_dir: str, resume: str, without_optimizer: bool
             return str(path)
         logger.warning("Skipping checkpoint %s: %s; trying the one before.", path, problem)
     return None
+
+
+def abandoned_problem(decisions: dict, path: Path, step: int) -> str | None:
+    """Why a checkpoint in OUTPUT_DIR belongs to a stretch a tripwire rollback abandoned, or None: a decided rollback
+    not settled yet (a crash came between the decision and the move) abandons every checkpoint after its target,
+    and a checkpoint whose own record names an older branch than its step's (copied back by hand) is one too."""
+    rollback = ledger.excluded(decisions, step)
+    if rollback:
+        return (f"abandoned by the tripwire rollback at step {rollback['step']} (back to "
+                f"{Path(rollback['checkpoint']).name})")
+    branch = ledger.branch_at(decisions, step)
+    try:
+        saved_on = json.loads((path / CHECKPOINT_RECORD).read_text()).get("branch")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if isinstance(saved_on, int) and branch and saved_on < branch["number"]:
+        return f"saved before the tripwire rollback {branch['number']}, on the stretch it abandoned"
+    return None
+
+
+CHECKPOINT_RECORD = "r1kit_checkpoint.json"  # the run's contract at the save (r1kit.contract), in every checkpoint
 
 
 # --------------------------------------------------------------------------------------------------------------------

@@ -11,7 +11,15 @@ import importlib
 import sys
 
 from r1kit import __version__
-from r1kit.console import ArgumentParser, error, one_line_errors, parse_command
+from r1kit.console import (
+    TRAINING_COMMANDS,
+    ArgumentParser,
+    error,
+    hold_command_signals,
+    one_line_errors,
+    parse_command,
+    with_outcome,
+)
 
 COMMANDS = {  # name: (module, one line for the usage)
     "grpo": ("r1kit.grpo", "train with GRPO from a recipe: r1kit grpo [--config recipe.yaml] [--dry-run] [--key value ...]\n"
@@ -26,6 +34,8 @@ COMMANDS = {  # name: (module, one line for the usage)
     "probe-rewards": ("r1kit.probes", "score replies that deserve nothing with a recipe's rewards, and the gold:\n"
                       "                 r1kit probe-rewards --config RECIPE"),
     "vllm-serve": ("r1kit.vllm_serve", "a vLLM server for vllm_mode: server, on CPU too: r1kit vllm-serve --model MODEL"),
+    "launch": ("r1kit.launch", "several processes with r1kit's exit codes: r1kit launch torchrun --nproc_per_node 8 "
+               "-m r1kit grpo ...\n                 (or r1kit grpo --world-size N on this machine)"),
     "report": ("r1kit.report", "draw a run's curves: r1kit report OUTPUT_DIR (writes OUTPUT_DIR/report.png)"),
 }
 USAGE = "usage: r1kit <command> [options]\n\ncommands:\n" + "\n".join(
@@ -46,7 +56,9 @@ def main(argv: list[str] | None = None) -> int:
         near = difflib.get_close_matches(argv[0], list(COMMANDS), n=1)
         hint = f" (did you mean '{near[0]}'?)" if near else ""
         return error(f"unknown command '{argv[0]}'{hint}; commands: {', '.join(COMMANDS)} (see r1kit --help)")
-    return one_line_errors(_run)(argv)
+    if argv[0] in TRAINING_COMMANDS:
+        hold_command_signals()  # before the command's (long) import: a stop signal from here on exits 75
+    return with_outcome(lambda: one_line_errors(_run)(argv))
 
 
 def _run(argv: list[str]) -> int:

@@ -1,18 +1,35 @@
 """What every r1kit command shares on the console: the one-line error (`r1kit: error: ...`, exit code 2) for
 configuration and input errors, with tracebacks kept for our own bugs; argparse in that shape; r1kit's warnings as
 one line; and running a command module as a script (`python -m r1kit.grpo`). Command modules import this, never
-`r1kit.cli`, which only assembles them."""
+`r1kit.cli`, which only assembles them.
+
+Exit codes, the same on every launch path (`r1kit grpo`, `python -m r1kit.grpo`, `r1kit launch`, `--world-size`):
+0 completed (or nothing left to do), 75 interrupted and resumable (EX_TEMPFAIL: the same command continues), 3
+stopped by a tripwire (stays stopped until `resume_after_stop`), 2 a configuration or input error (one line), 130 a
+second Ctrl-C (stopped at once, unsaved), 1 anything else (a bug of ours, with its traceback). A worker started by
+`r1kit launch` writes its code where the launch reads it (`R1KIT_OUTCOME_DIR`, `record_outcome`)."""
 
 from __future__ import annotations
 
 import argparse
 import functools
+import os
+import signal
 import sys
+import threading
 import warnings
 from collections.abc import Callable
 
 from r1kit.credentials import redact
 from r1kit.errors import ConfigError
+
+EXIT_COMPLETED = 0
+EXIT_STOPPED = 3  # a tripwire stopped the run: not resumable as it is (r1kit_run.json: "stopped")
+EXIT_INTERRUPTED = 75  # sysexits.h EX_TEMPFAIL: interrupted, resumable; the same command continues the run
+OUTCOME_DIR_ENV = "R1KIT_OUTCOME_DIR"  # set by `r1kit launch` for its workers
+TRAINING_COMMANDS = ("grpo", "sft")
+_run_began = False  # a run took the stop signals in this process (r1kit.lifecycle.begin)
+
 
 
 def error(message: str) -> int:
@@ -96,7 +113,74 @@ def run_module(name: str, add_parser: Callable, argv: list[str] | None = None) -
     parser = ArgumentParser(prog=f"python -m r1kit.{name}")
     command = add_parser(parser.add_subparsers())
     command.prog = parser.prog
-    return one_line_errors(lambda: _run_parsed(command, argv))()
+    if name in TRAINING_COMMANDS:
+        hold_command_signals()
+    return with_outcome(one_line_errors(lambda: _run_parsed(command, argv)))
+
+
+def hold_command_signals() -> None:
+    """A training command's own SIGTERM/SIGINT handling, around the run's (`r1kit.lifecycle.Lifecycle`, which takes
+    them from `begin` until the run ends and then hands them back here). Before the run: stop at once, exit 75
+    (nothing trained, nothing to save). After it: a signal is ignored, so that a second SIGTERM arriving while the
+    process exits (a launcher passing Slurm's on, just after the save) cannot turn its code (75, 3 or 0) into -15."""
+    if threading.current_thread() is threading.main_thread():
+        for number in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(number, _command_signal)
+
+
+def run_began() -> None:
+    global _run_began
+    _run_began = True
+
+
+def _command_signal(number: int, frame) -> None:
+    name = signal.Signals(number).name
+    if _run_began:  # the run has ended and said how; the process is on its way out with that code
+        _say_raw(f"r1kit: {name}: the run has already stopped; exiting with its code.")
+        return
+    _say_raw(f"r1kit: {name} before the run started: stopping; nothing to save (exit code {EXIT_INTERRUPTED}).")
+    raise SystemExit(EXIT_INTERRUPTED)
+
+
+def _say_raw(line: str) -> None:
+    """One line on stderr from a signal handler (no lock taken: the handler may interrupt a print)."""
+    try:
+        os.write(2, (line + "\n").encode())
+    except OSError:
+        pass
+
+
+def with_outcome(command: Callable[[], int]) -> int:
+    """Runs a command; under `r1kit launch` (`R1KIT_OUTCOME_DIR` set) this worker's pid is written there first (so
+    that a stop signal reaches it) and its exit code last, whatever ends it: a launcher reports every worker's
+    non-zero exit as its own failure, so the launch reads the outcome from these files."""
+    folder = os.environ.get(OUTCOME_DIR_ENV)
+    if not folder:
+        return command()
+    rank = os.environ.get("RANK", str(os.getpid()))
+    _write_outcome(folder, f"pid-{rank}", str(os.getpid()))
+    code = 1
+    try:
+        code = command()
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        raise
+    except KeyboardInterrupt:
+        code = 130
+        raise
+    finally:
+        _write_outcome(folder, f"code-{rank}", str(code))
+    return code
+
+
+def _write_outcome(folder: str, name: str, text: str) -> None:
+    try:
+        path = os.path.join(folder, name)
+        with open(path + ".tmp", "w") as f:
+            f.write(text)
+        os.replace(path + ".tmp", path)
+    except OSError:  # the launch's folder is gone: nobody reads it any more
+        pass
 
 
 def _run_parsed(command: argparse.ArgumentParser, argv: list[str] | None) -> int:

@@ -10,13 +10,17 @@
             (`run.finish`), summary.json, the completion record (`run.complete`)
 
 SIGTERM or SIGINT during training ends the step, saves a checkpoint and exits 75 (interrupted, resumable: the same
-command continues); rerunning a completed run does nothing (exit 0) unless max_steps was raised (see `r1kit.run`).
+command continues); a tripwire's stop exits 3 and the run stays stopped; rerunning a completed run does nothing
+(exit 0) unless max_steps was raised (see `r1kit.lifecycle`). A resume compares the recipe with the checkpoint's
+(`r1kit.contract`: what may change, and what happens).
 
-Launch it any of these ways:
+Launch it any of these ways (the first three give r1kit's exit codes: 0, 75, 3, 2 or 1):
     r1kit grpo --config recipe.yaml
-    python -m r1kit.grpo --config recipe.yaml
-    accelerate launch -m r1kit.grpo --config recipe.yaml
-    torchrun --nproc_per_node 2 -m r1kit.grpo --config recipe.yaml
+    r1kit grpo --world-size 2 --config recipe.yaml                       (2 processes of this machine)
+    r1kit launch torchrun --nproc_per_node 8 -m r1kit grpo --config recipe.yaml
+    torchrun --nproc_per_node 8 -m r1kit.grpo --config recipe.yaml       (torchrun's own codes: 1 for any stop)
+    accelerate launch -m r1kit.grpo --config recipe.yaml                 (accelerate's own codes; or r1kit launch
+                                                                          accelerate launch ... -m r1kit grpo ...)
 """
 
 from __future__ import annotations
@@ -29,13 +33,14 @@ import sys
 from datasets import DatasetDict
 from transformers.trainer_callback import ProgressCallback
 
-from r1kit import data, preflight, probes
+from r1kit import data, launch, preflight, probes
 from r1kit import run as runs
 from r1kit.callbacks import CompactProgressCallback, EvaluateBenchmarksCallback, HeldOutAccuracyCallback, get_callbacks
 from r1kit.config.recipe import DEFAULT_RECIPE, GRPO_TYPES, loader_variables_line, run_recipe_command
 from r1kit.config.schema import GRPOConfig, GRPOScriptArguments, ModelConfig
 from r1kit.console import add_pass_through_command
 from r1kit.errors import ConfigError
+from r1kit.lifecycle import RunStopped
 from r1kit.machine import vllm_is_cpu_build
 from r1kit.modeling import get_model, get_peft_config, get_tokenizer
 from r1kit.rewards import get_reward_funcs
@@ -61,7 +66,8 @@ def pipeline(script_args: GRPOScriptArguments, training_args: GRPOConfig, model_
 def setup(script_args: GRPOScriptArguments, training_args: GRPOConfig, model_args: ModelConfig) -> runs.Run:
     """Seed and logging, every check that needs no weights, the resume decision, the data, then the trainer (model,
     rewards, callbacks)."""
-    checkpoint = runs.prepare(training_args, lambda: preflight.check_grpo_recipe(script_args, training_args, model_args))
+    checkpoint = runs.prepare(training_args, lambda: preflight.check_grpo_recipe(script_args, training_args, model_args),
+                              (script_args, training_args, model_args))
     dataset, raw_dataset = prepare_dataset(script_args, training_args)
     if script_args.probe_rewards:  # a reward that pays for a hack stops the run here, before the model loads
         results = probes.check_rewards(script_args, training_args, dataset[script_args.dataset_train_split])
@@ -144,7 +150,7 @@ def build_trainer(script_args: GRPOScriptArguments, training_args: GRPOConfig, m
     if wires is not None:
         wires.attach(trainer, script_args.reward_funcs, heldout, tuple(training_args.second_opinion_kinds or {}))
     return runs.Run(trainer, checkpoint, len(dataset[script_args.dataset_train_split]), script_args.dataset_name,
-                    heldout, evaluators, model_name=model_args.model_name_or_path)
+                    heldout, evaluators, model_name=model_args.model_name_or_path, summary_file="summary.json")
 
 
 def reward_watch_listeners(script_args: GRPOScriptArguments, training_args: GRPOConfig, is_main: bool) -> list:
@@ -219,18 +225,20 @@ def startup_summary(script_args, training_args, model_args, trainer, dataset, ch
         f"(learning rate {args.learning_rate:g}, {getattr(args.lr_scheduler_type, 'value', args.lr_scheduler_type)})",
         f"  output   {args.output_dir}",
         f"  resume   {resume}",
+        *(f"           {note}" for note in runs.resume_notes()),  # what changed since the checkpoint, and what is done
     ]
-    lines.insert(-2, f"  pass     {trainer.training_pass_summary()}")
+    extra = [f"  pass     {trainer.training_pass_summary()}"]  # above output and resume
     sampling = sampling_line(args)
     if sampling:
-        lines.insert(-2, sampling)
+        extra.append(sampling)
     if args.use_vllm:
         shared = any(isinstance(c, HeldOutAccuracyCallback) and c.engine is not None
                      for c in trainer.callback_handler.callbacks)
-        lines.insert(-2, vllm_line(args, trainer.vllm_start_seconds, shared))
+        extra.append(vllm_line(args, trainer.vllm_start_seconds, shared))
     if loader_variables_line():
-        lines.insert(-2, loader_variables_line())
-    return "\n".join(lines)
+        extra.append(loader_variables_line())
+    at = lines.index(f"  output   {args.output_dir}")
+    return "\n".join(lines[:at] + extra + lines[at:])
 
 
 def vllm_line(args: GRPOConfig, start_seconds: float | None, heldout_shares: bool = False) -> str:
@@ -293,7 +301,8 @@ HELP = __doc__.strip() + """
 
 Every field of GRPOScriptArguments, GRPOConfig and TRL's ModelConfig is a --flag that overrides the recipe
 (no --config: the embedded demo recipe). --dry-run validates the recipe (keys, cross-field rules, local dataset
-columns) and prints it; add --world-size N to check it as launched on N processes."""
+columns) and prints it; add --world-size N to check it as launched on N processes. Without --dry-run,
+--world-size N trains on N processes of this machine (r1kit launch)."""
 
 
 def add_parser(subparsers):
@@ -303,13 +312,16 @@ def add_parser(subparsers):
 
 def run(args) -> int:
     """`r1kit grpo`: parse the recipe strictly, then train (or only check, with --dry-run)."""
-    return run_recipe_command(args.argv, HELP, GRPO_TYPES, dry_run, train_and_report, default_config=DEFAULT_RECIPE)
+    processes, argv = launch.world_size(args.argv)
+    if processes > 1:  # --world-size N: N processes of this machine, through r1kit launch
+        return launch.local("grpo", argv, processes)
+    return run_recipe_command(argv, HELP, GRPO_TYPES, dry_run, train_and_report, default_config=DEFAULT_RECIPE)
 
 
 def train_and_report(script_args: GRPOScriptArguments, training_args: GRPOConfig, model_args: ModelConfig) -> int:
     try:
         metrics = pipeline(script_args, training_args, model_args)
-    except runs.RunStopped as stop:  # interrupted (75) or already complete (0): said in one line already
+    except RunStopped as stop:  # interrupted (75), stopped (3), already complete (0): said in one line
         return stop.exit_code
     if "summary" in metrics:
         print_summary(metrics["summary"])

@@ -1,9 +1,11 @@
 """`r1kit report OUTPUT_DIR`: the curves of a run, drawn to a PNG, and a compact table on the terminal.
 
-Reads `trainer_state.json` (TRL's logged metrics), `heldout_accuracy.jsonl` (the `heldout_accuracy` callback),
-`eval/checkpoint-*/<benchmark>.json` (the `evaluate_benchmarks` callback) and the tripwires' firings
-(`tripwires.jsonl`, `tripwire_rollbacks.json`: a panel of the wires, firing points marked), so it works on a finished
-run or on one in progress (it then reads the newest checkpoint's state). Below the table: the training pass the run
+Reads the newest trainer state (TRL's logged metrics: the top `trainer_state.json` or a checkpoint's, whichever
+reached the later step, so a finished run that was continued and then killed shows its newest checkpoint, and a run in
+progress its last save), `heldout_accuracy.jsonl` (the `heldout_accuracy` callback), `eval/checkpoint-*/<benchmark>.json`
+(the `evaluate_benchmarks` callback) and the tripwires' firings (`tripwires.jsonl`, `tripwire_rollbacks.json`: a panel
+of the wires, firing points marked). Above the table: which state it shows, the run's status and its segments (each
+start of the run, from `r1kit_run.json`) and which of them the state covers. Below it: the training pass the run
 measured and took per batch shape (`training_pass.json`).
 """
 
@@ -15,19 +17,61 @@ import sys
 from pathlib import Path
 
 from r1kit import records, tripwires
+from r1kit.checkpoints import read_run_record
 from r1kit.console import add_pass_through_command
+from r1kit.lifecycle import lock_held
 from r1kit.tripwires import DEFAULT_WIRES
 
 
+def newest_state(output_dir: Path) -> tuple[Path, dict] | None:
+    """(where, what) of the run's newest trainer state: the top's (a finished or stopped run's) or a checkpoint's,
+    whichever reached the later step (the top's on a tie). A torn file is passed over while another one reads."""
+    found, error = [], None
+    for path in [output_dir / "trainer_state.json", *output_dir.glob("checkpoint-*/trainer_state.json")]:
+        if not path.is_file():
+            continue
+        try:
+            state = json.loads(path.read_text())
+        except json.JSONDecodeError as e:
+            error = error or e
+            continue
+        step = state.get("global_step") if isinstance(state.get("global_step"), int) else 0
+        found.append(((step, path.parent == output_dir), path, state))
+    if not found and error is not None:
+        raise error
+    return max(found, key=lambda f: f[0])[1:] if found else None
+
+
 def load_history(output_dir: Path) -> list[dict]:
-    """TRL's per-step log entries, from the run's trainer_state.json or its newest checkpoint's."""
-    candidates = [output_dir / "trainer_state.json"] + sorted(
-        output_dir.glob("checkpoint-*/trainer_state.json"), key=lambda p: int(p.parent.name.split("-")[-1]), reverse=True
-    )
-    for path in candidates:
-        if path.is_file():
-            return [e for e in json.loads(path.read_text())["log_history"] if "step" in e and "train_runtime" not in e]
-    return []
+    """TRL's per-step log entries, from the run's newest trainer state (`newest_state`)."""
+    newest = newest_state(output_dir)
+    return [] if newest is None else [e for e in newest[1].get("log_history", [])
+                                      if "step" in e and "train_runtime" not in e]
+
+
+def run_lines(output_dir: Path) -> list[str]:
+    """What the report shows: the state it read (and the step it reached), the run's status (a `running` run whose
+    folder no process holds was killed) and its segments, marking those the state covers."""
+    newest = newest_state(output_dir)
+    if newest is None:
+        return []
+    path, state = newest
+    step = state.get("global_step", "?")
+    lines = [f"Showing {path.relative_to(output_dir)} (step {step})"]
+    record = read_run_record(str(output_dir))
+    status = record.get("status")
+    if status == "running" and not lock_held(output_dir):
+        status = "running when it was last written; no process holds the folder now (killed?)"
+    segments = [s for s in record.get("segments") or [] if isinstance(s, dict)]
+    if status:
+        lines.append(f"Run: {status}" + (f", {len(segments)} segment(s) (each start of the run):" if segments else ""))
+    for number, segment in enumerate(segments, start=1):
+        start = segment.get("from_step", 0)
+        shown = isinstance(step, int) and isinstance(start, int) and start < step
+        lines.append(f"  {number}. steps {start}-{segment.get('global_step', '?')} {segment.get('status', '?')}"
+                     f"{', from ' + Path(segment['resumed_from']).name if segment.get('resumed_from') else ''}"
+                     f"{'  <- shown' if shown else ''}")
+    return lines
 
 
 def load_jsonl(path: Path) -> list[dict]:
@@ -202,7 +246,8 @@ def report(output_dir: str | Path) -> tuple[Path, str]:
     heldout = [r for r in load_jsonl(output_dir / "heldout_accuracy.jsonl")
                if isinstance(r.get("step"), int) and isinstance(r.get("accuracy"), (int, float))]
     heldout.sort(key=lambda r: r["step"])
-    text = "\n".join([table(history, heldout), *(["", *pass_lines(output_dir)] if pass_lines(output_dir) else [])])
+    text = "\n".join([*run_lines(output_dir), "", table(history, heldout),
+                      *(["", *pass_lines(output_dir)] if pass_lines(output_dir) else [])])
     return draw(output_dir, history, heldout, load_benchmarks(output_dir)), text
 
 

@@ -1,34 +1,29 @@
 """What every training run shares, GRPO and SFT alike, around the trainer each command builds:
 
-    prepare(training_args)       seed, threads, logging, the output folder's lock, the resume decision, W&B variables
-                                 -> checkpoint
-    train(run)                   trainer.train (resuming, stopping cleanly on SIGTERM/SIGINT), then its metrics and
-                                 state -> metrics
+    prepare(training_args, check, recipe)   seed, threads, logging, the output folder's lock (`r1kit.lifecycle`),
+                                 the resume decision (the run's ledger first, then the checkpoint, then its contract
+                                 against the recipe: `r1kit.contract`), W&B variables -> checkpoint
+    train(run)                   trainer.train (resuming, stopping cleanly on SIGTERM/SIGINT, training again from a
+                                 tripwire's rollback), then its metrics and state -> metrics
     finish(run, metrics)         the final model and card, final benchmark evaluations, the Hub push
     complete(run)                the completion record; the lock released
 
-and the files a run writes besides the model: `r1kit_run.json` (status, world size, resumed-from checkpoint,
-versions), `summary.json` / `sft_summary.json` (each command's), and what a dry run prints (`resolved_recipe`). Only
-the main process writes; every process computes.
-
-A run's life (`Lifecycle`): one run per output folder (`_r1kit.lock`, held from `prepare` to `complete`); SIGTERM or
-SIGINT during training finishes the current step, saves a checkpoint and stops with `RunInterrupted` (the command
-exits 75, EX_TEMPFAIL: interrupted, resumable), every process stopping at the same step; a completed run is left
-alone by `resume: auto` (`RunAlreadyComplete`, exit 0). The commands catch `RunStopped` and return its exit code.
+and the files a run writes besides the model: `r1kit_run.json` (status; its contract: the resolved recipe, the
+model's identity, world size and global batch; its segments, one per start; versions), `r1kit_checkpoint.json` in
+every checkpoint (the contract at the save, and the rollback branch it was saved on), `summary.json` /
+`sft_summary.json` (each command's; GRPO's rewritten at every save, with its status), and what a dry run prints
+(`resolved_recipe`). Only the main process writes; every process computes. How a run stops, and its exit codes:
+`r1kit.lifecycle`.
 """
 
 from __future__ import annotations
 
 import copy
-import fcntl
 import json
 import logging
 import os
-import signal
 import socket
 import sys
-import threading
-import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -37,11 +32,26 @@ from typing import Any
 import yaml
 from transformers import TrainerCallback
 
-from r1kit import credentials, records, tripwires
+from r1kit import contract, credentials, ledger, records, tripwires
 from r1kit.callbacks import EvaluateBenchmarksCallback, HeldOutAccuracyCallback
-from r1kit.checkpoints import RUN_RECORD, completed_run, find_resume_checkpoint, read_run_record
+from r1kit.checkpoints import CHECKPOINT_RECORD, RUN_RECORD, find_resume_checkpoint, read_run_record
 from r1kit.config.schema import RunFields
+from r1kit.console import EXIT_INTERRUPTED
 from r1kit.errors import ConfigError
+from r1kit.lifecycle import (
+    Lifecycle,
+    StartShift,
+    StopAtStepEnd,
+    TrainingDone,
+    begin,
+    current,
+    current_contract,
+    decide_resume,
+    now,
+    stop_halted,
+    stop_interrupted,
+    update_run_record,
+)
 from r1kit.machine import from_main
 
 logger = logging.getLogger(__name__)
@@ -61,6 +71,7 @@ class Run:
         evaluators (`list[EvaluateBenchmarksCallback]`): per-checkpoint benchmark evaluations.
         model_name (`str` or `None`): the model as the recipe names it (`model_name_or_path`: a Hub id, a path or
             `r1kit:<model>`), recorded in the saved files instead of this machine's cache path.
+        summary_file (`str` or `None`): the summary (`summary.json`) `write_summary` keeps as the run goes.
     """
 
     trainer: Any
@@ -70,13 +81,16 @@ class Run:
     heldout: HeldOutAccuracyCallback | None = None
     evaluators: list[EvaluateBenchmarksCallback] = field(default_factory=list)
     model_name: str | None = None
+    summary_file: str | None = None  # GRPO's summary.json, rewritten at every save with the run's status
 
 
-def prepare(training_args: RunFields, check: Callable[[], None]) -> str | None:
+def prepare(training_args: RunFields, check: Callable[[], None], recipe: tuple = ()) -> str | None:
     """Seed, torch threads, logging; then `check()` (the command's pre-flight: nothing is decided about a run that
     cannot start); then the output folder's lock and signals (`begin`: raises ConfigError when another run holds the
-    folder, `RunAlreadyComplete` when `resume: auto` finds nothing left to train), the resume decision and the W&B
-    variables. Returns the checkpoint to resume from (None: start at step 0)."""
+    folder, `RunAlreadyComplete` when `resume: auto` finds nothing left to train, `RunHalted` for a run a tripwire
+    stopped), the resume decision (`lifecycle.decide_resume` on the main process: ConfigError for a checkpoint the
+    recipe may not continue; the checkpoint's values set back on `recipe`, the parsed dataclasses, under
+    `resume_changes: checkpoint`) and the W&B variables. Returns the checkpoint to resume from (None: step 0)."""
     import torch  # deferred: torch
     from transformers import set_seed
 
@@ -87,27 +101,44 @@ def prepare(training_args: RunFields, check: Callable[[], None]) -> str | None:
     setup_logging(training_args)
     log_process(training_args)
     check()
-    begin(training_args)
-    checkpoint = find_resume_checkpoint(training_args.output_dir, training_args.resume,
-                                        training_args.resume_without_optimizer)
+    life = begin(training_args)
+    decision = from_main(decide_resume(training_args, recipe) if life.is_main else None, training_args.world_size)
+    if decision.error:
+        life.end()
+        raise ConfigError(decision.error)
+    contract.keep_checkpoint_values(recipe, decision.keep)
+    life.resume = decision
+    if life.is_main and recipe:  # what this run records of itself (after any value kept from the checkpoint)
+        life.contract = current_contract(training_args, recipe, decision.identity)
     export_wandb_env(training_args)
-    return checkpoint
+    return decision.checkpoint
+
+
+def resume_notes() -> list[str]:
+    """The start-up block's lines about the resume: what changed and what was done about it."""
+    life = current()
+    return list(life.resume.notes) if life is not None and life.resume is not None else []
 
 
 def train(run: Run) -> dict:
     """Trains (from the run's checkpoint when resuming); saves the metrics and the trainer state. On SIGTERM or
-    SIGINT the current step ends, a checkpoint is saved and `RunInterrupted` is raised (no final metrics yet)."""
+    SIGINT the current step ends, a checkpoint is saved and `RunInterrupted` is raised (no final metrics yet); when
+    a tripwire stops training, `RunHalted`."""
     logger.info("*** Train ***")
     trainer = run.trainer
-    life, own = (_current, False) if _current is not None else (Lifecycle.for_trainer(trainer), True)
+    life, own = (current(), False) if current() is not None else (Lifecycle.for_trainer(trainer), True)
     if getattr(trainer.args, "enable_jit_checkpoint", False):
         logger.info("enable_jit_checkpoint: r1kit handles SIGTERM itself (the step ends, a checkpoint is saved, exit "
                     "code %s); transformers' JIT checkpoint stays unused.", EXIT_INTERRUPTED)
-    stopper = StopAtStepEnd(life)
-    trainer.add_callback(stopper)
+    shift = StartShift(trainer.args.seed)
+    if life.resume is not None:
+        shift.arm(life.resume.lr_factor, life.resume.reseed)
+    added = [StopAtStepEnd(life), shift] + ([RecordCheckpoint(run, life.contract)] if life.is_main else [])
+    for callback in added:
+        trainer.add_callback(callback)
     life.start_training()  # after the trainer's construction: its JIT checkpoint callback took SIGTERM there
     try:
-        metrics = train_with_rollbacks(trainer, run.checkpoint)
+        metrics = train_with_rollbacks(trainer, run.checkpoint, life, shift)
     except TrainingDone:  # resumed from a checkpoint at the last step: the final model is written from it
         metrics = {"train_runtime": 0.0}
     except BaseException:
@@ -115,11 +146,18 @@ def train(run: Run) -> dict:
         raise
     finally:
         life.phase = "finishing"
-        trainer.remove_callback(stopper)
+        for callback in added:
+            trainer.remove_callback(callback)
         if own:
             life.end()
     if life.stopped_at is not None:
-        stop_interrupted(run, life)
+        write_summary(run, "interrupted")
+        stop_interrupted(trainer, life)
+    stop = from_main(ledger.active_stop(trainer.args.output_dir) if life.is_main else None, trainer.args.world_size)
+    if stop is not None:  # a tripwire's stop: the state is kept (r1kit report), no final model
+        save_state(trainer)
+        write_summary(run, "stopped")
+        stop_halted(trainer, life, stop)
     metrics["train_samples"] = run.train_rows
     run.trainer.log_metrics("train", metrics)
     save_metrics(run.trainer, "train", metrics)
@@ -127,24 +165,46 @@ def train(run: Run) -> dict:
     return metrics
 
 
-def train_with_rollbacks(trainer, checkpoint: str | None) -> dict:
-    """`trainer.train`, again from an earlier checkpoint each time a tripwire asks for a rollback (`r1kit.tripwires`:
-    the wire names the checkpoint and the learning rate factor, and bounds how often); returns the last training
-    call's metrics. Every process takes the main process's decision."""
-    rollbacks = 0
+def train_with_rollbacks(trainer, checkpoint: str | None, life: Lifecycle, shift: StartShift) -> dict:
+    """`trainer.train`, again from an earlier checkpoint each time a tripwire decided a rollback (`r1kit.tripwires`
+    wrote it to the run's ledger: the checkpoint, the learning rate factor; it bounds how often); returns the last
+    training call's metrics. The main process acts on the decision (`ledger.settle`: the abandoned checkpoints
+    moved aside) and every process takes it. A stop signal in the same step leaves the rollback to the resume."""
+    output_dir = trainer.args.output_dir
     while True:
         metrics = trainer.train(resume_from_checkpoint=checkpoint).metrics
-        output_dir = trainer.args.output_dir
-        rollback = from_main(tripwires.take_rollback(output_dir) if trainer.accelerator.is_main_process else None,
-                             trainer.args.world_size)
+        if life.stopped_at is not None:
+            return metrics
+        rollback = from_main(ledger.settle(output_dir) if life.is_main else None, trainer.args.world_size)
         if rollback is None:
             return metrics
         checkpoint = rollback["checkpoint"]
-        if trainer.accelerator.is_main_process:
-            logger.warning("Tripwire %s at step %s: training again from %s with the learning rate x%g.",
-                           rollback.get("wire"), rollback.get("step"), checkpoint, rollback.get("lr_factor"))
-        rollbacks += 1
-        tripwires.prepare_rollback(trainer, rollback, rollbacks)
+        if life.is_main:
+            logger.warning("Tripwire %s at step %s: training again from %s with the learning rate x%g (the "
+                           "checkpoints after it moved to %s).", rollback.get("wire"), rollback.get("step"),
+                           checkpoint, rollback.get("lr_factor"),
+                           Path(output_dir) / ledger.ABANDONED / f"rollback-{rollback['number']}")
+        tripwires.prepare_rollback(trainer)
+        shift.arm(float(rollback["lr_factor"]), int(rollback["number"]))
+
+
+class RecordCheckpoint(TrainerCallback):
+    """Main process, at every save: the run's contract in the checkpoint (`r1kit_checkpoint.json`, with its step and
+    the rollback branch it was saved on), the step in `r1kit_run.json`, and summary.json as of this checkpoint."""
+
+    def __init__(self, run: Run, contract_now: dict | None):
+        self.run, self.contract = run, contract_now
+
+    def on_save(self, args, state, control, **kwargs):
+        output_dir = args.output_dir
+        folder = Path(output_dir) / f"checkpoint-{state.global_step}"
+        if self.contract is not None and folder.is_dir():
+            branch = len(ledger.read(output_dir)["rollbacks"])
+            records.write_json(folder / CHECKPOINT_RECORD, {**self.contract, "step": state.global_step,
+                                                            "branch": branch})
+        if (Path(output_dir) / RUN_RECORD).is_file():
+            update_run_record(output_dir, global_step=state.global_step)
+        write_summary(self.run, "running")
 
 
 def finish(run: Run, evaluate: bool = False) -> None:
@@ -185,296 +245,8 @@ def complete(run: Run) -> None:
         update_run_record(trainer.args.output_dir, status="completed", global_step=trainer.state.global_step,
                           max_steps=trainer.args.max_steps, num_train_epochs=trainer.args.num_train_epochs,
                           finished=now())
-    if _current is not None:
-        _current.end()
-
-
-# --------------------------------------------------------------------------------------------------------------------
-# A run's life: one run per output folder, a clean stop on SIGTERM/SIGINT, a completed run left alone
-# --------------------------------------------------------------------------------------------------------------------
-EXIT_INTERRUPTED = 75  # sysexits.h EX_TEMPFAIL: interrupted, resumable; the same command continues the run
-LOCK_FILE = "_r1kit.lock"  # "_*": the trainer's Hub uploads leave it out
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
-
-
-class RunStopped(Exception):
-    """The run stopped early on purpose and has said why in one line; the command exits with `exit_code`."""
-
-    exit_code = 0
-
-
-class RunInterrupted(RunStopped):
-    """SIGTERM or SIGINT during training: the step finished, a checkpoint was saved; the same command resumes."""
-
-    exit_code = EXIT_INTERRUPTED
-
-
-class RunAlreadyComplete(RunStopped):
-    """`resume: auto` found a completed run in `output_dir` and the recipe asks nothing more of it."""
-
-
-class OutputLock:
-    """One run per output folder: an exclusive `flock` on `OUTPUT_DIR/_r1kit.lock`, held while the run lives, the
-    file naming its holder (pid, host, since when). The kernel drops the lock when its process ends however it ends,
-    so a lock left by a killed run is free; its file still names that run, which is how a take-over is noticed. The
-    file is emptied, never deleted, on release: a deleted lock file would let two runs lock two different files."""
-
-    def __init__(self, folder: Path, fd: int):
-        self.path, self.fd = folder / LOCK_FILE, fd
-        stat = os.fstat(fd)
-        self.identity = (stat.st_dev, stat.st_ino)
-
-    @classmethod
-    def acquire(cls, folder: Path) -> OutputLock | None:
-        """The lock, or ConfigError naming the run holding it; None (warned) on a file system without locks."""
-        fd = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = describe_holder(read_holder(fd))
-            os.close(fd)
-            raise ConfigError(f"output_dir: {folder} is in use by another run ({holder}); wait for it to end, or "
-                              "choose another output_dir") from None
-        except OSError as e:  # a file system without flock (some network mounts)
-            os.close(fd)
-            logger.warning("Cannot lock output_dir %s (%s): a second run into it would not be noticed.", folder,
-                           e.strerror or e)
-            return None
-        previous = read_holder(fd)
-        if previous:
-            logger.warning("Taking over the lock of output_dir %s from a run that is gone (%s).", folder,
-                           describe_holder(previous))
-        holder = {"pid": os.getpid(), "host": socket.gethostname(), "since": now(),
-                  "argv": credentials.redact_argv(sys.argv)}
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, json.dumps(holder).encode(), 0)
-        return cls(folder, fd)
-
-    def intact(self) -> bool:
-        """Whether the lock file is still the one this run locked (not deleted with its folder, nor replaced)."""
-        try:
-            stat = os.stat(self.path)
-        except OSError:
-            return False
-        return (stat.st_dev, stat.st_ino) == self.identity
-
-    def release(self) -> None:
-        if self.fd < 0:
-            return
-        try:
-            os.ftruncate(self.fd, 0)  # no holder named: the next run starts without a take-over line
-        except OSError:
-            pass
-        os.close(self.fd)  # closing the last descriptor drops the flock
-        self.fd = -1
-
-
-def read_holder(fd: int) -> dict:
-    try:
-        holder = json.loads(os.pread(fd, 65536, 0) or b"{}")
-    except (OSError, ValueError):
-        return {"unreadable": True}
-    return holder if isinstance(holder, dict) else {"unreadable": True}
-
-
-def describe_holder(holder: dict) -> str:
-    if not holder or "pid" not in holder:
-        return "holder not recorded"
-    return f"pid {holder.get('pid')} on host {holder.get('host', '?')}, since {holder.get('since', '?')}"
-
-
-class Lifecycle:
-    """One run's hold on its output folder and on SIGTERM/SIGINT, from `prepare` until it completes or stops.
-
-    A signal before training stops the process at once (exit 75: nothing trained yet, nothing to save). During
-    training it is deferred to the end of the current step, where every process learns of it (`StopAtStepEnd`), saves
-    and stops. After training the run finishes (final model, records) and exits 0. A second SIGINT stops at once,
-    unsaved (exit 130); a second SIGTERM (a launcher passing Slurm's on) is ignored: the run is already stopping. The
-    signals are handled in the process that installed the handlers only; a process forked from it (a worker pool)
-    keeps the behaviour it had before."""
-
-    def __init__(self, output_dir: str, is_main: bool, world_size: int):
-        self.output_dir, self.is_main, self.world_size = output_dir, is_main, world_size
-        self.lock: OutputLock | None = None
-        self.received: int | None = None  # the first stop signal
-        self.phase = "setup"  # then "training", then "finishing"
-        self.stopped_at: int | None = None  # the step training stopped at, on a signal
-        self.stop_signal = 0  # the signal it stopped on, as the processes agreed (perhaps received by another one)
-        self.previous: dict[int, Any] = {}
-        self.pid = os.getpid()
-
-    @classmethod
-    def for_trainer(cls, trainer) -> Lifecycle:
-        """Signals only, for a trainer built without `prepare` (no lock)."""
-        return cls(trainer.args.output_dir, trainer.accelerator.is_main_process, trainer.args.world_size)
-
-    def hold_signals(self) -> None:
-        if threading.current_thread() is not threading.main_thread():
-            return  # Python runs signal handlers on the main thread only; elsewhere the defaults stay
-        for number in STOP_SIGNALS:
-            previous = signal.signal(number, self.on_signal)
-            self.previous.setdefault(number, previous)
-
-    def start_training(self) -> None:
-        self.phase = "training"
-        self.hold_signals()
-
-    def on_signal(self, number: int, frame) -> None:
-        if os.getpid() != self.pid:  # a forked worker: its old behaviour
-            self.pass_on(number, frame)
-            return
-        name = signal.Signals(number).name
-        if self.received is None:
-            self.received = number
-            if self.phase == "setup":
-                self.say(f"r1kit: {name} before training started: stopping; nothing to save. The same command "
-                         f"starts the run again (exit code {EXIT_INTERRUPTED}).")
-                raise SystemExit(EXIT_INTERRUPTED)
-            again = "; Ctrl-C again stops at once, unsaved" if number == signal.SIGINT else ""
-            if self.phase == "training":
-                self.say(f"r1kit: {name} received: finishing this step, then saving a checkpoint{again}.")
-            else:
-                self.say(f"r1kit: {name} received: training is done; writing the final model first{again}.")
-            return
-        if number == signal.SIGINT:
-            self.say("r1kit: second SIGINT: stopping now; nothing more is saved.")
-            raise SystemExit(130)
-
-    def pass_on(self, number: int, frame) -> None:
-        previous = self.previous.get(number, signal.SIG_DFL)
-        if callable(previous):
-            previous(number, frame)
-        elif previous != signal.SIG_IGN:
-            signal.signal(number, signal.SIG_DFL)
-            os.kill(os.getpid(), number)
-
-    def say(self, line: str) -> None:
-        """One line on stderr, from a signal handler (no logging lock taken: the handler may interrupt a log call)."""
-        if self.is_main:
-            try:
-                os.write(2, (line + "\n").encode())
-            except OSError:
-                pass
-
-    def step_end_flags(self, args) -> tuple[int, bool]:
-        """(the stop signal's number or 0, folder lost), agreed by every process: a signal reaching any one process
-        stops all of them at the same step, so that no process waits in a collective (a checkpoint save) that the
-        others never enter."""
-        stop = int(self.received or 0)
-        lost = self.is_main and not self.folder_intact()
-        if self.world_size > 1:
-            import torch  # deferred: torch
-            import torch.distributed as dist
-
-            if dist.is_available() and dist.is_initialized():
-                flags = torch.tensor([stop, int(lost)], device=args.device)  # CUDA under NCCL
-                dist.all_reduce(flags, op=dist.ReduceOp.MAX)
-                stop, lost = int(flags[0]), bool(flags[1])
-        return stop, lost
-
-    def folder_intact(self) -> bool:
-        return self.lock.intact() if self.lock is not None else Path(self.output_dir).is_dir()
-
-    def end(self) -> None:
-        """Releases the lock and puts the previous signal handlers back."""
-        global _current
-        if threading.current_thread() is threading.main_thread():
-            for number, previous in self.previous.items():
-                if signal.getsignal(number) == self.on_signal:
-                    signal.signal(number, previous)
-        self.previous = {}
-        if self.lock is not None:
-            self.lock.release()
-            self.lock = None
-        if _current is self:
-            _current = None
-
-
-_current: Lifecycle | None = None  # the run this process is running (one at a time)
-
-
-def begin(training_args: RunFields) -> Lifecycle:
-    """Takes the output folder for this run (the main process locks it) and the stop signals. Raises ConfigError when
-    another run holds the folder, `RunAlreadyComplete` when `resume: auto` finds a completed run with nothing more to
-    train; every process raises alike (the main process decides)."""
-    global _current
-    if _current is not None:  # an earlier run in this process that ended in an exception
-        _current.end()
-    life = Lifecycle(training_args.output_dir, training_args.process_index == 0, training_args.world_size)
-    verdict = None
-    if life.is_main:
-        try:
-            Path(training_args.output_dir).mkdir(parents=True, exist_ok=True)
-            life.lock = OutputLock.acquire(Path(training_args.output_dir))
-            if training_args.resume == "auto":
-                done = completed_run(training_args.output_dir, training_args.max_steps, training_args.num_train_epochs)
-                verdict = ("complete", done) if done else None
-        except ConfigError as e:
-            verdict = ("error", str(e))
-    verdict = from_main(verdict, training_args.world_size)
-    if verdict is not None:
-        life.end()
-        kind, message = verdict
-        if kind == "error":
-            raise ConfigError(message)
-        if life.is_main:
-            logger.warning(message)
-        raise RunAlreadyComplete(message)
-    life.hold_signals()
-    _current = life
-    return life
-
-
-class TrainingDone(Exception):
-    """Raised at the start of training when the checkpoint resumed from is already at `max_steps`."""
-
-
-class StopAtStepEnd(TrainerCallback):
-    """At each step end: every process agrees whether to stop (a signal reached one of them) and whether the output
-    folder is gone. Stopping saves a checkpoint of the step (whatever `save_strategy` and `save_steps` say) and ends
-    training; a lost folder is an error, before anything is saved into a folder that a later run would not find.
-
-    At the start: a checkpoint already at `max_steps` (a run killed while writing its final model) trains no further
-    step (the trainer would train one past `max_steps`); `train` then goes on to write the final model from it."""
-
-    def __init__(self, life: Lifecycle):
-        self.life = life
-
-    def on_train_begin(self, args, state, control, **kwargs):
-        if state.max_steps > 0 and state.global_step >= state.max_steps:
-            if self.life.is_main:
-                logger.warning("The checkpoint resumed from is at step %s of %s: nothing left to train; writing the "
-                               "final model from it.", state.global_step, state.max_steps)
-            raise TrainingDone()
-
-    def on_step_end(self, args, state, control, **kwargs):
-        stop, lost = self.life.step_end_flags(args)
-        if lost:
-            raise ConfigError(f"output_dir: {self.life.output_dir} was deleted or replaced during step "
-                              f"{state.global_step} (its {LOCK_FILE} is gone); this run's checkpoints and records "
-                              "would be lost, so it stops here")
-        if stop and state.global_step < state.max_steps:  # at the last step the run just finishes
-            control.should_save = True
-            control.should_training_stop = True
-            self.life.stopped_at, self.life.stop_signal = state.global_step, stop
-        return control
-
-
-def stop_interrupted(run: Run, life: Lifecycle) -> None:
-    """After training stopped on a signal: records the interruption in `r1kit_run.json`, says so in one line and
-    raises `RunInterrupted`. No final model is written: a model of an unfinished run must not look final."""
-    trainer, step = run.trainer, life.stopped_at
-    name = signal.Signals(life.stop_signal).name
-    checkpoint = Path(trainer.args.output_dir) / f"checkpoint-{step}"
-    if trainer.accelerator.is_main_process:
-        update_run_record(trainer.args.output_dir, status="interrupted", global_step=step, signal=name,
-                          checkpoint=str(checkpoint), interrupted=now())
-    message = (f"Interrupted by {name} at step {step} of {trainer.state.max_steps}: saved {checkpoint}; the same "
-               f"command resumes from it (exit code {EXIT_INTERRUPTED}).")
-    if trainer.accelerator.is_main_process:
-        logger.warning(message)
-    life.end()
-    raise RunInterrupted(message)
+    if current() is not None:
+        current().end()
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -529,16 +301,25 @@ def export_wandb_env(training_args: RunFields) -> None:
 # Files a run writes
 # --------------------------------------------------------------------------------------------------------------------
 def write_run_metadata(training_args: RunFields, resumed_from: str | None) -> None:
-    """`OUTPUT_DIR/r1kit_run.json`: status `running`, world size, the checkpoint resumed from, versions, the command
-    line, host, process and start time. `complete` or an interruption updates its status."""
+    """`OUTPUT_DIR/r1kit_run.json`: status `running`; the run's contract (the resolved recipe, the model's identity,
+    world size, global batch: `r1kit.contract`); its segments (each start of the run: from which checkpoint and
+    step, then its status and the step it reached; a fresh start begins the list again); the checkpoint resumed
+    from, versions, the command line, host, process and start time. Saves, `complete`, an interruption or a stop
+    update it."""
     import torch  # deferred: torch
     import transformers
     import trl
 
+    life = current()
+    previous = read_run_record(training_args.output_dir).get("segments") if resumed_from else None
+    from_step = ledger.step_of(resumed_from) or 0
+    segment = {"started": now(), "resumed_from": resumed_from, "from_step": from_step, "status": "running",
+               "global_step": from_step, "world_size": training_args.world_size}
     meta = {
         "status": "running",
-        "world_size": training_args.world_size,
+        **(life.contract if life is not None and life.contract else {"world_size": training_args.world_size}),
         "resumed_from": resumed_from,
+        "segments": [*(previous if isinstance(previous, list) else []), segment],
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__, "trl": trl.__version__},
         "argv": credentials.redact_argv(sys.argv),
         "host": socket.gethostname(),
@@ -547,11 +328,6 @@ def write_run_metadata(training_args: RunFields, resumed_from: str | None) -> No
     }
     Path(training_args.output_dir).mkdir(parents=True, exist_ok=True)
     records.write_json(Path(training_args.output_dir) / RUN_RECORD, meta)
-
-
-def update_run_record(output_dir: str, **fields) -> None:
-    """Sets `fields` in `OUTPUT_DIR/r1kit_run.json`, keeping the rest."""
-    records.write_json(Path(output_dir) / RUN_RECORD, {**read_run_record(output_dir), **fields})
 
 
 def save_state(trainer) -> None:
@@ -574,10 +350,6 @@ def save_metrics(trainer, split: str, metrics: dict) -> None:
         merged = {}
     records.write_json(output_dir / "all_results.json", {**(merged if isinstance(merged, dict) else {}), **metrics},
                        indent=4)
-
-
-def now() -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S %z")
 
 
 def save_final_model(trainer, output_dir: str, dataset_name: str | None, model_name: str | None = None) -> None:
@@ -713,20 +485,33 @@ def push_as_saved(trainer, dataset_name: str | None) -> None:
         del trainer.save_model
 
 
-def heldout_summary(run: Run, metrics: dict) -> dict | None:
-    """Held-out accuracy before and after, training seconds and steps, when the run tracked accuracy."""
+def heldout_summary(run: Run, metrics: dict, status: str = "completed") -> dict | None:
+    """Held-out accuracy before and after, training seconds and steps, when the run tracked accuracy; with the run's
+    status and its segments (r1kit_run.json), so that a summary of a run in progress or stopped says so."""
     if run.heldout is None or not run.heldout.history:
         return None
     history = sorted(run.heldout.history, key=lambda r: r["step"])
+    segments = read_run_record(run.trainer.args.output_dir).get("segments") or []
     return {
+        "status": status,
         "accuracy_before": history[0]["accuracy"],
         "accuracy_after": history[-1]["accuracy"],
         # every segment of a resumed run, evaluations excluded; this segment's runtime when none was recorded
         "train_seconds": round(history[-1].get("train_seconds") or metrics.get("train_runtime", 0.0), 1),
         "steps": run.trainer.state.global_step,
+        "segments": [(s.get("from_step"), s.get("global_step"), s.get("status")) for s in segments
+                     if isinstance(s, dict)],
         "output_dir": str(Path(run.trainer.args.output_dir).resolve()),
         "accuracy_curve": [(r["step"], r["accuracy"]) for r in history],
     }
+
+
+def write_summary(run: Run, status: str) -> None:
+    """summary.json as the run stands (`heldout_summary` with `status`), when it tracks held-out accuracy (GRPO)."""
+    if run.trainer.accelerator.is_main_process and getattr(run, "summary_file", None):
+        summary = heldout_summary(run, {}, status)
+        if summary:
+            records.write_json(Path(run.trainer.args.output_dir) / run.summary_file, summary)
 
 
 def write_json(run: Run, name: str, content: dict) -> None:

@@ -27,13 +27,14 @@ from typing import Any
 
 from datasets import Dataset
 
-from r1kit import data, preflight, records
+from r1kit import data, launch, preflight, records
 from r1kit import run as runs
 from r1kit.callbacks import EvaluateBenchmarksCallback, HeldOutAccuracyCallback, get_callbacks
 from r1kit.config.recipe import run_recipe_command
 from r1kit.config.schema import ModelConfig, SFTConfig, SFTScriptArguments
 from r1kit.console import add_pass_through_command
 from r1kit.errors import ConfigError
+from r1kit.lifecycle import RunStopped
 from r1kit.modeling import build_char_tokenizer, build_tiny_llama, get_model, get_peft_config, get_tokenizer
 from r1kit.tasks import addition_problems, sft_rows
 from r1kit.trainer import R1SFTTrainer
@@ -87,7 +88,10 @@ def build_or_load(script_args: SFTScriptArguments, model_args, training_args):
 # --------------------------------------------------------------------------------------------------------------------
 def pipeline(script_args: SFTScriptArguments, training_args: SFTConfig, model_args: ModelConfig) -> dict:
     """Runs an SFT recipe end to end; returns the summary (steps, seconds, metrics, held-out accuracy)."""
-    checkpoint = runs.prepare(training_args, lambda: preflight.check_sft_recipe(script_args, training_args, model_args))
+    checkpoint = runs.prepare(training_args, lambda: preflight.check_sft_recipe(script_args, training_args, model_args),
+                              (script_args, training_args, model_args))
+    for note in runs.resume_notes():  # what changed since the checkpoint, and what is done about it
+        runs.startup_logger.info("r1kit sft: resume %s", note)
     train_rows = load_sft_data(script_args, training_args)
     model, tokenizer = build_or_load(script_args, model_args, training_args)
     logger.info("Model: %s parameters; %s training rows", f"{sum(p.numel() for p in model.parameters()):,}",
@@ -165,13 +169,16 @@ def add_parser(subparsers):
 
 def run(args) -> int:
     """`r1kit sft`: parse the recipe strictly, then train (or only check, with --dry-run)."""
-    return run_recipe_command(args.argv, __doc__.strip(), SFT_TYPES, dry_run, train_and_report)
+    processes, argv = launch.world_size(args.argv)
+    if processes > 1:  # --world-size N: N processes of this machine, through r1kit launch
+        return launch.local("sft", argv, processes)
+    return run_recipe_command(argv, __doc__.strip(), SFT_TYPES, dry_run, train_and_report)
 
 
 def train_and_report(script_args: SFTScriptArguments, training_args: SFTConfig, model_args: ModelConfig) -> int:
     try:
         summary = pipeline(script_args, training_args, model_args)
-    except runs.RunStopped as stop:  # interrupted (75) or already complete (0): said in one line already
+    except RunStopped as stop:  # interrupted (75), stopped (3), already complete (0): said in one line
         return stop.exit_code
     accuracy = "" if summary["heldout_accuracy"] is None else f", held-out accuracy {summary['heldout_accuracy']}"
     print(f"SFT done: {summary['steps']} steps, {summary['train_seconds']} s, train loss {summary['train_loss']}{accuracy}")

@@ -16,12 +16,15 @@ A rise or fall compares the mean of the window's last quarter with the mean of i
 each). A wire is measured once the run has a window of steps behind it (after a resume or a rollback, the window
 fills again), and fires when its value reaches its threshold. Every step logs `tripwire/<name>` (the value) and
 `tripwire/<name>/fired` (0 or 1); each firing is written to `OUTPUT_DIR/tripwires.jsonl` (step, wire, value,
-threshold, action). `warn` logs one warning when a wire starts firing; `stop` ends training at that step; `rollback`
-names in `OUTPUT_DIR/tripwire_rollbacks.json` the newest checkpoint saved before the wire's window began (else the
-newest saved before it fired) and ends training without saving this step, and `r1kit.run` continues from that
-checkpoint with the learning rate multiplied by `tripwire_lr_factor`, at most `tripwire_max_rollbacks` times (past
-them, or with no checkpoint to go back to, `rollback` stops). The decision is taken on the main process and shared,
-so every process stops at the same step.
+threshold, action). `warn` logs one warning when a wire starts firing; `stop` ends training at that step, and the run
+stays stopped (`r1kit.ledger`: a stop is recorded before training stops); `rollback` records in the run's ledger the
+newest checkpoint saved before the wire's window began (else the newest saved before it fired) that a resume would
+accept (`r1kit.checkpoints.resumable_problem`: an older one when it is damaged), and ends training without saving
+this step; `r1kit.run` then moves the abandoned stretch's checkpoints aside and trains again from it with the
+learning rate multiplied by `tripwire_lr_factor` and a sampling seed of its own, at most `tripwire_max_rollbacks`
+times (past them, or with no checkpoint to go back to, `rollback` stops). Every decision is in the ledger before it
+is acted on, so a crash cannot undo it. The decision is taken on the main process and shared, so every process stops
+at the same step.
 """
 
 from __future__ import annotations
@@ -35,9 +38,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from transformers import TrainerCallback, set_seed
+from transformers import TrainerCallback
 
-from r1kit import records
+from r1kit import ledger, records
+from r1kit.checkpoints import resumable_problem
 from r1kit.errors import ConfigError
 from r1kit.machine import from_main
 from r1kit.rewards.text import completion_text
@@ -46,7 +50,6 @@ logger = logging.getLogger(__name__)
 
 ACTIONS = ("warn", "stop", "rollback")
 RECORD = "tripwires.jsonl"
-LEDGER = "tripwire_rollbacks.json"
 FORMAT_REWARDS = ("format", "tag_count", "code_format")
 CORRECTNESS_REWARDS = ("accuracy", "cosine", "reasoning_gym", "code", "binary_code", "ioi_code", "cf_code")
 IDENTICAL_METRIC = "completions/identical_across_prompts"
@@ -238,40 +241,6 @@ def step_measures(metrics: dict, roles: dict[str, list[str]]) -> dict[str, float
     return {k: v for k, v in found.items() if v is not None and math.isfinite(v)}
 
 
-def checkpoint_before(output_dir: str, step: int) -> str | None:
-    """The newest complete checkpoint folder (`checkpoint-N` with its trainer_state.json) saved at a step <= `step`."""
-    found = []
-    for folder in Path(output_dir).glob("checkpoint-*"):
-        suffix = folder.name.rsplit("-", 1)[-1]
-        if suffix.isdigit() and int(suffix) <= step and (folder / "trainer_state.json").is_file():
-            found.append((int(suffix), folder))
-    return str(max(found)[1]) if found else None
-
-
-def read_ledger(output_dir: str) -> dict:
-    path = Path(output_dir) / LEDGER
-    try:
-        ledger = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {"pending": None, "done": []}
-    if not isinstance(ledger, dict) or not isinstance(ledger.get("done"), list):
-        return {"pending": None, "done": []}
-    return ledger
-
-
-def take_rollback(output_dir: str) -> dict | None:
-    """The rollback a tripwire asked for (checkpoint, step, wire, lr_factor), moved to the ledger's done list; None
-    when none is pending. Called by `r1kit.run` after training stopped."""
-    ledger = read_ledger(output_dir)
-    pending = ledger.get("pending")
-    if not isinstance(pending, dict):
-        return None
-    ledger["done"].append(pending)
-    ledger["pending"] = None
-    records.write_json(Path(output_dir) / LEDGER, ledger)
-    return pending
-
-
 class Tripwires(TrainerCallback):
     """Measures the wires at every step end (main process), logs them and acts (every process, as the main decided).
 
@@ -292,8 +261,7 @@ class Tripwires(TrainerCallback):
         self.heldout = None  # the heldout_accuracy callback, when the run has one (its history)
         self.history: list[dict] = []
         self.firing: set[str] = set()  # wires above threshold at the last step (a warning on the rising edge only)
-        self.lr_cut: float | None = None  # set by `prepare_rollback`, applied when training starts again
-        self.reseed: int | None = None  # set by `prepare_rollback`: the rollback's number, for a new sampling seed
+        self.without_optimizer = False  # the recipe's resume_without_optimizer: what a rollback target must hold
 
     def attach(self, trainer, reward_names: list[str], heldout=None, correctness: tuple[str, ...] = ()) -> None:
         """The trainer (its pending metrics), the recipe's reward names (which are format and correctness rewards:
@@ -303,24 +271,11 @@ class Tripwires(TrainerCallback):
         self.roles = {"format": [names[n] for n in reward_names if n in FORMAT_REWARDS],
                       "correctness": [names[n] for n in reward_names if n in CORRECTNESS_REWARDS or n in correctness]}
 
-    def on_train_begin(self, args, state, control, optimizer=None, lr_scheduler=None, **kwargs):
+    def on_train_begin(self, args, state, control, **kwargs):
         self.history, self.firing = [], set()
+        self.without_optimizer = bool(getattr(args, "resume_without_optimizer", False))
         if self.is_main:
             records.rewind(Path(self.output_dir) / RECORD, state.global_step)
-        if self.lr_cut is not None:  # after a rollback: the checkpoint's optimizer and schedule, loaded, then cut
-            cut_learning_rate(optimizer, lr_scheduler, self.lr_cut)
-            self.lr_cut = None
-        elif self.is_main and read_ledger(self.output_dir).get("pending"):  # asked for by a run that was killed
-            ledger = read_ledger(self.output_dir)
-            ledger["pending"] = None
-            records.write_json(Path(self.output_dir) / LEDGER, ledger)
-
-    def on_step_begin(self, args, state, control, **kwargs):
-        # After a rollback the checkpoint's random state is restored (by now), so the same prompts would draw the
-        # same completions and replay the hack step for step: the sampling seed moves on, by the rollback's number.
-        if self.reseed is not None:
-            set_seed(args.seed + 7919 * self.reseed)
-            self.reseed = None
 
     def on_step_end(self, args, state, control, **kwargs):
         decision = self.check(state.global_step) if self.is_main and self.trainer is not None else None
@@ -358,20 +313,13 @@ class Tripwires(TrainerCallback):
         return decision
 
     def act(self, name: str, wire: Wire, value: float, step: int) -> str:
-        """Logs and records a firing; for `rollback`, names the checkpoint in the ledger. Returns the action taken."""
+        """Logs and records a firing; a rollback or a stop goes to the run's ledger first. Returns the action taken."""
         action, note = wire.action, ""
         if action == "rollback":
-            ledger = read_ledger(self.output_dir)
-            checkpoint = checkpoint_before(self.output_dir, step - wire.window) or checkpoint_before(self.output_dir, step - 1)
-            if len(ledger["done"]) >= self.max_rollbacks:
-                action, note = "stop", f"; {self.max_rollbacks} rollback(s) done already (tripwire_max_rollbacks): stopping"
-            elif checkpoint is None:
-                action, note = "stop", "; no checkpoint saved before it to go back to: stopping"
-            else:
-                ledger["pending"] = {"checkpoint": checkpoint, "step": step, "wire": name, "value": value,
-                                     "lr_factor": self.lr_factor}
-                records.write_json(Path(self.output_dir) / LEDGER, ledger)
-                note = f"; rolling back to {checkpoint} with the learning rate x{self.lr_factor:g}"
+            action, note = self.decide_rollback(name, value, step, wire.window)
+        if action == "stop":
+            ledger.decide_stop(self.output_dir, step, name, value, wire.threshold,
+                               f"{name} {value:.4g} >= {wire.threshold:.4g} over {wire.window} steps{note}")
         logger.warning("Tripwire %s fired at step %d: %.4g >= threshold %.4g over %d steps (%s)%s", name, step, value,
                        wire.threshold, wire.window, wire.action, note)
         path = Path(self.output_dir) / RECORD
@@ -380,6 +328,30 @@ class Tripwires(TrainerCallback):
                 f.write(json.dumps({"step": step, "wire": name, "value": value, "threshold": wire.threshold,
                                     "window": wire.window, "action": action}) + "\n")
         return action
+
+    def decide_rollback(self, name: str, value: float, step: int, window: int) -> tuple[str, str]:
+        """("rollback", note) with the rollback in the ledger, or ("stop", why not)."""
+        if len(ledger.read(self.output_dir)["rollbacks"]) >= self.max_rollbacks:
+            return "stop", f"; {self.max_rollbacks} rollback(s) done already (tripwire_max_rollbacks): stopping"
+        target = self.rollback_target(step, window)
+        if target is None:
+            return "stop", "; no checkpoint saved before it that training can go back to: stopping"
+        ledger.decide_rollback(self.output_dir, str(target), step, name, value, self.lr_factor)
+        return "rollback", f"; rolling back to {target} with the learning rate x{self.lr_factor:g}"
+
+    def rollback_target(self, step: int, window: int) -> Path | None:
+        """The newest checkpoint saved before the wire's window began that a resume would accept (an older one when
+        it is damaged: each one passed over says why), else the newest saved before it fired when none was saved
+        before the window; None when there is none."""
+        folders = ledger.checkpoint_folders(self.output_dir)
+        before = [f for f in folders if ledger.step_of(f.name) <= step - window]
+        candidates = before or [f for f in folders if ledger.step_of(f.name) <= step - 1]
+        for folder in reversed(candidates):
+            problem = resumable_problem(folder, self.without_optimizer)
+            if problem is None:
+                return folder
+            logger.warning("Tripwire rollback: cannot train again from %s (%s); trying the one before.", folder, problem)
+        return None
 
 
 def cut_learning_rate(optimizer, lr_scheduler, factor: float) -> None:
@@ -395,23 +367,18 @@ def cut_learning_rate(optimizer, lr_scheduler, factor: float) -> None:
             lr_scheduler._last_lr = [lr * factor for lr in lr_scheduler._last_lr]
 
 
-def prepare_rollback(trainer, rollback: dict, number: int = 1) -> None:
-    """Before training again from `rollback["checkpoint"]`: a fresh optimizer and schedule (the trainer builds them,
-    then loads the checkpoint's), cut by the rollback's factor when training starts, and a sampling seed of its own
-    (`number`: this run's rollback count) from the first step on."""
+def prepare_rollback(trainer) -> None:
+    """Before training again from a rollback's checkpoint: a fresh optimizer and schedule (the trainer builds them,
+    then loads the checkpoint's; `r1kit.run` cuts them and moves the sampling seed on when training starts)."""
     trainer.optimizer, trainer.lr_scheduler = None, None
-    for callback in trainer.callback_handler.callbacks:
-        if isinstance(callback, Tripwires):
-            callback.lr_cut = float(rollback.get("lr_factor", callback.lr_factor))
-            callback.reseed = number
 
 
 def firings(output_dir: str | Path) -> list[dict]:
     """Every firing of a run, for the report: the record's rows, plus the rollbacks of the ledger (a rollback rewinds
     the record past its own firing)."""
     rows = records.read(Path(output_dir) / RECORD) if (Path(output_dir) / RECORD).is_file() else []
-    for done in read_ledger(str(output_dir))["done"]:
-        if isinstance(done, dict) and isinstance(done.get("step"), int):
+    for done in ledger.read(output_dir)["rollbacks"]:
+        if isinstance(done.get("step"), int):
             rows.append({"step": done["step"], "wire": done.get("wire"), "value": done.get("value"),
                          "action": "rollback", "checkpoint": done.get("checkpoint")})
     seen, out = set(), []

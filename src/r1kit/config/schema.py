@@ -28,6 +28,7 @@ import trl.trainer.model_config
 from trl import ScriptArguments
 
 from r1kit.config.yaml_limits import load_yaml
+from r1kit.contract import ResumeFields
 from r1kit.credentials import SealedFields
 from r1kit.errors import ConfigError, ConfigWarning
 from r1kit.machine import has_cuda, installed
@@ -519,7 +520,7 @@ def check_deepspeed_field(deepspeed: Any) -> None:
 
 
 @dataclass
-class RunFields(SealedFields):  # (to_dict never writes a sealed secret: r1kit.credentials)
+class RunFields(ResumeFields, SealedFields):  # (to_dict never writes a sealed secret: r1kit.credentials)
     """The fields r1kit adds to both trainers' configs (`GRPOConfig`, `SFTConfig`), held once.
 
     Args:
@@ -533,12 +534,7 @@ class RunFields(SealedFields):  # (to_dict never writes a sealed secret: r1kit.c
         push_to_hub_revision (`bool`, defaults to `False`): refuse to start if the revision already has content.
         overwrite_hub_revision (`bool`, defaults to `False`): allow overwriting an existing revision.
         wandb_entity / wandb_project / wandb_run_group (`str` or `None`): exported as `WANDB_*` variables.
-        resume (`str`, defaults to `"auto"`): `auto` resumes from the newest complete checkpoint in `output_dir`,
-            `never` starts fresh, a path resumes from that checkpoint (see `r1kit.checkpoints`).
-        resume_without_optimizer (`bool`, defaults to `False`): resume from a checkpoint that holds no optimizer or
-            scheduler state (`save_only_model: true` writes such checkpoints), with a fresh optimizer and a restarted
-            learning-rate schedule; training then does not match an uninterrupted run. Without it, such a resume
-            is an error.
+        resume, resume_without_optimizer, resume_changes, resume_after_stop: see `r1kit.contract.ResumeFields`.
         benchmark_num_samples (`int`, defaults to `1`): `evaluate_benchmarks` samples per problem (pass@1 averages).
         benchmark_max_new_tokens (`int` or `None`, defaults to `None`): `evaluate_benchmarks` generation length
             (default: `max_completion_length` for GRPO, 512 for SFT).
@@ -558,10 +554,6 @@ class RunFields(SealedFields):  # (to_dict never writes a sealed secret: r1kit.c
     wandb_entity: str | None = field(default=None, metadata={"help": "W&B entity."})
     wandb_project: str | None = field(default=None, metadata={"help": "W&B project."})
     wandb_run_group: str | None = field(default=None, metadata={"help": "W&B run group."})
-    resume: str = field(default="auto", metadata={"help": "auto | never | path to a checkpoint."})
-    resume_without_optimizer: bool = field(
-        default=False, metadata={"help": "Allow resuming from a checkpoint without optimizer/scheduler state."}
-    )
     benchmark_num_samples: int = field(default=1, metadata={"help": "evaluate_benchmarks: samples per problem."})
     benchmark_max_new_tokens: int | None = field(
         default=None, metadata={"help": "evaluate_benchmarks: new tokens (default: max_completion_length; SFT 512)."}
@@ -578,8 +570,7 @@ class RunFields(SealedFields):  # (to_dict never writes a sealed secret: r1kit.c
         check_literal_fields(self)
         if self.chat_template is not None:
             check_chat_template(self.chat_template)
-        if not isinstance(self.resume, str) or not self.resume.strip():
-            raise ConfigError(f"resume must be auto, never or the path of a checkpoint folder, got {self.resume!r}")
+        self.check_resume_fields()
         check_range(self, [("benchmark_num_samples", ">=", 1), ("benchmark_max_new_tokens", ">=", 1),
                            ("torch_num_threads", ">=", 1), ("learning_rate", ">=", 0),
                            ("per_device_train_batch_size", ">=", 1), ("gradient_accumulation_steps", ">=", 1),
