@@ -1,5 +1,7 @@
 """Reward functions loaded by import path in the pipeline tests."""
 
+import os
+import signal
 import time
 
 
@@ -80,3 +82,16 @@ def raises_on_empty(completions, **kwargs):
 def lying_accuracy(completions, solution, **kwargs):
     """A lying correctness reward, planted for the second-opinion tests: full marks for every reply, right or not."""
     return [1.0 for _ in completions]
+
+
+_calls = 0
+
+
+def length_variety_or_kill(completions, **kwargs):
+    """`length_variety`; with R1KIT_TEST_KILL_AT=N in the environment the process kills itself at the reward's Nth
+    call (SIGKILL: nothing runs after it, as with kill -9)."""
+    global _calls
+    _calls += 1
+    if os.environ.get("R1KIT_TEST_KILL_AT") == str(_calls):
+        os.kill(os.getpid(), signal.SIGKILL)
+    return length_variety(completions)

@@ -16,15 +16,16 @@ from tests.helpers import tiny_recipe, write_recipe
 REPO = Path(__file__).resolve().parents[1]
 
 
-def train_on_two_ranks(tmp_path, recipe: dict) -> tuple[subprocess.CompletedProcess, str]:
-    """`torchrun --nproc_per_node 2 -m r1kit.grpo` on the recipe, as users launch; (the result, its whole log)."""
+def train_on_two_ranks(tmp_path, recipe: dict, *launcher: str) -> tuple[subprocess.CompletedProcess, str]:
+    """`torchrun --nproc_per_node 2 -m r1kit.grpo` on the recipe, as users launch (behind `launcher`: e.g.
+    `r1kit launch`); (the result, its whole log)."""
     path = write_recipe(tmp_path, **recipe)
     torchrun = shutil.which("torchrun") or str(Path(sys.executable).with_name("torchrun"))
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
     env.pop("MASTER_PORT", None)
     # --standalone: a rendezvous on a free local port, so runs side by side (or a busy port) cannot collide.
     result = subprocess.run(
-        [torchrun, "--standalone", "--nproc_per_node", "2", "-m", "r1kit.grpo", "--config", str(path)],
+        [*launcher, torchrun, "--standalone", "--nproc_per_node", "2", "-m", "r1kit.grpo", "--config", str(path)],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=600,
     )
     return result, result.stdout + result.stderr
@@ -60,8 +61,8 @@ def test_two_ranks_roll_back_and_stop_together_when_a_tripwire_fires(tmp_path, t
     recipe = tiny_recipe(tiny_model_dir, math_jsonl, out, max_steps=4, save_steps=1, use_cpu=True,
                          per_device_train_batch_size=4, num_generations=4, tripwire_max_rollbacks=1,
                          tripwires={"length_blowup": {"threshold": 0.0, "window": 2, "action": "rollback"}})
-    result, log = train_on_two_ranks(tmp_path, recipe)
-    assert result.returncode != 0, log[-4000:]  # a stop is no success (torchrun's own code: r1kit launch gives 3)
+    result, log = train_on_two_ranks(tmp_path, recipe, sys.executable, "-m", "r1kit", "launch")
+    assert result.returncode == 3, log[-4000:]  # stopped by a tripwire (torchrun alone says 1)
     assert "Process rank 1 / world size 2" in log
     assert json.loads((out / "r1kit_run.json").read_text())["status"] == "stopped"
     assert not (out / "model.safetensors").exists()

@@ -436,7 +436,7 @@ def test_a_signal_to_one_rank_stops_both_ranks_at_the_same_step_and_the_run_resu
 # --------------------------------------------------------------------------------------------------------------------
 # Slurm: the signal ahead of the time limit, and a requeue on the resumable exit code
 # --------------------------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize(("launcher_exit", "requeued"), [(75, True), (143, True), (0, False), (1, False)])
+@pytest.mark.parametrize(("launcher_exit", "requeued"), [(75, True), (143, True), (0, False), (3, False), (1, False)])
 def test_train_slurm_requeues_an_interrupted_run_only(tmp_path, launcher_exit, requeued):
     script = REPO / "slurm" / "train.slurm"
     header = [line for line in script.read_text().splitlines() if line.startswith("#SBATCH")]

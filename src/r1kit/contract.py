@@ -11,8 +11,8 @@ recipe that resumes it. Shared by `r1kit grpo` and `r1kit sft`.
                   `checkpoint` keeps the checkpoint's (the launch's world size cannot be kept). Every field not
                   listed as safe or identity is here: the learning rate and its schedule, beta, the group size,
                   the rewards and their weights, sampling, data, the seed, the world size and the global batch
-    identity      always refused: another model (its name, revision or content), tokenizer or chat template, or
-                  another adapter layout (LoRA)
+    identity      always refused: another model (its name or revision, unless its files are the same; its
+                  content), tokenizer or chat template, or another adapter layout (LoRA)
 
 A model's content is a fingerprint of its files (config, weights, tokenizer: files under 64 MiB hashed whole,
 larger ones by size and 16 sampled MiB), or for a Hub id not on disk, its revision as the Hub cache resolves it.
@@ -71,7 +71,7 @@ class ResumeFields:
 # The policy: one table, per field
 # --------------------------------------------------------------------------------------------------------------------
 IDENTITY_FIELDS = frozenset({
-    "model", "tokenizer",  # the content fingerprints
+    "model_files", "tokenizer_files",  # the content fingerprints (or the Hub commit)
     "model_name_or_path", "model_revision", "gguf_file", "tokenizer_name_or_path", "chat_template",
     "chat_template_path", "eos_token", "pad_token",
     "use_peft", "lora_r", "lora_alpha", "lora_target_modules", "lora_target_parameters", "lora_modules_to_save",
@@ -99,6 +99,7 @@ SAFE_PREFIXES = ("logging_", "log_", "eval_", "save_", "hub_", "push_to_hub", "w
 # vLLM's placement is safe; what changes the loss or what is sampled is not (vllm_importance_sampling_*, the regex).
 SAFE_VLLM = ("vllm_mode", "vllm_server_", "vllm_gpu_memory_utilization", "vllm_tensor_parallel_size",
              "vllm_enable_sleep_mode", "vllm_max_model_length", "vllm_group_port", "vllm_model_impl")
+MODEL_NAMES = ("model_name_or_path", "model_revision", "gguf_file")  # safe when the files are the same
 UPWARD = ("max_steps", "num_train_epochs")  # safe when raised (training goes on), optimisation when lowered
 LAUNCH = ("world_size", "global_batch")  # optimisation, and a launch the checkpoint's values cannot be kept for
 
@@ -207,14 +208,14 @@ class Change:
 
 
 def flatten(contract: dict) -> dict:
-    """The contract as one mapping of comparable items: the recipe's fields, the model's identity (`model`: its
-    fingerprint or commit, with its name), the tokenizer's, the world size and the global batch."""
+    """The contract as one mapping of comparable items: the recipe's fields, the model's content (`model_files`: its
+    fingerprint or Hub commit), the tokenizer's (`tokenizer_files`), the world size and the global batch."""
     model = contract.get("model") or {}
     items = dict(contract.get("recipe") or {})
     if model.get("fingerprint") or model.get("commit"):
-        items["model"] = model.get("fingerprint") or model.get("commit")
+        items["model_files"] = model.get("fingerprint") or model.get("commit")
     if contract.get("tokenizer"):
-        items["tokenizer"] = contract["tokenizer"]
+        items["tokenizer_files"] = contract["tokenizer"]
     for key in LAUNCH:
         if key in contract:
             items[key] = contract[key]
@@ -225,8 +226,13 @@ def compare(saved: dict, current: dict) -> list[Change]:
     """Every item the checkpoint recorded that this launch has with another value, classified. Items only one side
     has (a field another r1kit version added) are not compared."""
     old, new = flatten(saved), flatten(current)
-    return [Change(k, old[k], new[k], classify(k, old[k], new[k])) for k in sorted(old.keys() & new.keys())
-            if not same(old[k], new[k]) and not k.startswith("resume")]  # (how to resume: not what the run is)
+    changes = [Change(k, old[k], new[k], classify(k, old[k], new[k])) for k in sorted(old.keys() & new.keys())
+               if not same(old[k], new[k]) and not k.startswith("resume")]  # (how to resume: not what the run is)
+    if old.get("model_files") and old.get("model_files") == new.get("model_files"):
+        for change in changes:  # the same files found under another name (a moved folder): the same model
+            if change.name in MODEL_NAMES:
+                change.kind = SAFE
+    return changes
 
 
 def same(a: Any, b: Any) -> bool:
@@ -251,8 +257,10 @@ class Verdict:
 
 
 def show(value: Any) -> str:
+    """A value for the one-line message: a string whole (a path must be recognisable), anything else short."""
     text = json.dumps(value) if not isinstance(value, str) else value
-    return text if len(text) <= 48 else text[:45] + "..."
+    limit = 240 if isinstance(value, str) else 60
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def pairs(changes: list[Change]) -> str:
@@ -273,10 +281,12 @@ def decide(changes: list[Change], resume_changes: str, checkpoint: str) -> Verdi
     if not optimisation:
         return verdict
     if resume_changes == "refuse":
+        world = next((c for c in optimisation if c.name == "world_size"), None)
+        launch = f"; launch {world.old} processes as it was (--world-size {world.old})" if world else ""
         verdict.error = (f"resume: {name} was trained with other values of fields that change the optimisation: "
                          f"{pairs(optimisation)} (checkpoint -> recipe). Set resume_changes: recipe to train on "
                          "with the recipe's (a new learning rate re-anchors the schedule), resume_changes: "
-                         "checkpoint to keep the checkpoint's, or resume: never to start over")
+                         f"checkpoint to keep the checkpoint's, or resume: never to start over{launch}")
     elif resume_changes == "checkpoint":
         launch = [c for c in optimisation if c.name == "world_size"]
         if launch:

@@ -3,15 +3,19 @@
 
 torchrun and accelerate launch report any worker's non-zero exit as their own failure (torchrun: 1, with a
 ChildFailedError or SignalException traceback; accelerate launch: 1, or 128 + the signal it got), so a preempted run
-looks like a failed one and a requeue rule on 75 never fires. `r1kit launch` runs the launcher as its child, in a
-session of its own, with R1KIT_OUTCOME_DIR set: each r1kit worker writes its pid there when it starts and its exit
-code when it ends (`r1kit.console.with_outcome`), and the launch exits with the outcome they agree on (0 completed,
-75 interrupted and resumable, 3 stopped by a tripwire, 2 a configuration error, else the failure's code).
+looks like a failed one and a requeue rule on 75 never fires. Under `r1kit launch` each r1kit worker writes its pid
+when it starts and its exit code when it ends into a folder the launch names (R1KIT_OUTCOME_DIR,
+`r1kit.console.with_outcome`), and the launch exits with the outcome they agree on (`outcome`: 0 completed, 75
+interrupted and resumable, 3 stopped by a tripwire, 2 a configuration error, else the failure's code). torchrun and
+accelerate launch run inside `r1kit launch` (their exceptions caught: no launcher traceback); any other launcher runs
+as its child, in a session of its own.
 
-A SIGTERM or SIGINT to `r1kit launch` reaches each worker once, as SIGTERM: every worker stops at the same step end,
-saves and exits 75 (a later SIGTERM is nothing new to them; a second SIGINT reaches them as SIGINT: stop at once,
-unsaved). A scheduler that signals every process (Slurm does) reaches the launcher too, which then stops its workers
-its own way; torch's agent is given the time to let them save (TORCH_ELASTIC_SHUTDOWN_TIMEOUT, 600 s unless set).
+Stop signals are `r1kit launch`'s, not the launcher's (TORCHELASTIC_SIGNALS_TO_HANDLE leaves SIGTERM and SIGINT
+out): the first SIGTERM or SIGINT reaches each worker once, as SIGTERM (every worker stops at the same step end,
+saves and exits 75; a worker still starting learns of it as soon as it has said it is there), a later SIGINT as
+SIGINT (stop at once, unsaved), a later SIGTERM nothing (the workers are stopping already). A scheduler that signals
+every process (Slurm does) reaches the workers directly too; a second SIGTERM is nothing new to them. Torch's agent
+is given 600 s (TORCH_ELASTIC_SHUTDOWN_TIMEOUT, unless set) before it kills a worker that has not stopped.
 
     r1kit launch torchrun --nproc_per_node 8 -m r1kit grpo --config RECIPE
     r1kit launch accelerate launch --config_file recipes/accelerate_configs/zero3.yaml -m r1kit grpo --config RECIPE
@@ -26,7 +30,7 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
+import threading
 from pathlib import Path
 
 from r1kit.console import (
@@ -78,53 +82,98 @@ def resolve(command: list[str]) -> list[str]:
 
 
 class Stops:
-    """The stop signals `r1kit launch` received, and which workers have been told."""
+    """The stop signals `r1kit launch` received, passed on to each worker that has said it is there."""
 
-    def __init__(self):
+    def __init__(self, folder: str):
+        self.folder = folder
         self.received: list[int] = []
         self.told: dict[int, int] = {}  # worker pid -> how many of the signals it has been sent
+        self.lock = threading.Lock()
+        self.done = threading.Event()
 
     def on_signal(self, number: int, frame) -> None:
         self.received.append(number)
 
-    def forward(self, workers: dict[str, int]) -> None:
+    def forward(self) -> None:
         """Each worker learns of each stop once: the first as SIGTERM, a later SIGINT as SIGINT."""
-        for pid in workers.values():
-            for n in range(self.told.get(pid, 0), len(self.received)):
-                number = signal.SIGTERM if n == 0 else self.received[n]
-                if n == 0 or number == signal.SIGINT:
-                    try:
-                        os.kill(pid, number)
-                    except OSError:  # it has ended
-                        pass
-            self.told[pid] = len(self.received)
+        with self.lock:
+            for pid in read(self.folder, "pid-").values():
+                for n in range(self.told.get(pid, 0), len(self.received)):
+                    if n == 0 or self.received[n] == signal.SIGINT:
+                        try:
+                            os.kill(pid, signal.SIGTERM if n == 0 else signal.SIGINT)
+                        except OSError:  # it has ended
+                            pass
+                self.told[pid] = len(self.received)
+
+    def keep_forwarding(self) -> None:
+        while not self.done.wait(0.1):
+            if self.received:
+                self.forward()
 
 
 def launch(command: list[str]) -> int:
     """Runs the launcher `command`; returns the workers' outcome as one exit code (`outcome`)."""
-    command = resolve(command)
-    stops = Stops()
     with tempfile.TemporaryDirectory(prefix="r1kit-launch-") as folder:
-        env = {**os.environ, OUTCOME_DIR_ENV: folder}
-        env.setdefault("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", SHUTDOWN_GRACE)
+        stops = Stops(folder)
+        os.environ[OUTCOME_DIR_ENV] = folder  # (the workers inherit this process's environment)
+        os.environ.setdefault("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", SHUTDOWN_GRACE)
+        os.environ["TORCHELASTIC_SIGNALS_TO_HANDLE"] = "SIGHUP,SIGQUIT"  # SIGTERM and SIGINT stay ours
         previous = {n: signal.signal(n, stops.on_signal) for n in (signal.SIGTERM, signal.SIGINT)}
+        forwarder = threading.Thread(target=stops.keep_forwarding, name="r1kit-launch-signals", daemon=True)
+        forwarder.start()
         try:
-            # A session of its own: a terminal's Ctrl-C reaches r1kit launch alone, which tells each worker once.
-            child = subprocess.Popen(command, env=env, start_new_session=True)
-            while child.poll() is None:
-                time.sleep(0.1)
-                if stops.received:
-                    stops.forward(read(folder, "pid-"))
-            workers, codes = read(folder, "pid-"), read(folder, "code-")
+            returned = run_launcher(command)
         finally:
+            stops.done.set()
             for number, handler in previous.items():
                 signal.signal(number, handler)
-    returned = child.returncode if child.returncode >= 0 else 128 - child.returncode  # killed: 128 + the signal
+        workers, codes = read(folder, "pid-"), read(folder, "code-")
     code = outcome(codes, len(workers), bool(stops.received), returned)
     if code != returned:
-        say(f"r1kit launch: {Path(command[0]).name} exited {returned}; its {len(codes)} r1kit worker(s) exited "
+        say(f"r1kit launch: {' '.join(command[:2])} ended with {returned}; its {len(codes)} r1kit worker(s) exited "
             f"{sorted(set(codes.values()))}: exit code {code} ({meaning(code)})")
     return code
+
+
+def run_launcher(command: list[str]) -> int:
+    """torchrun or accelerate launch in this process (their failure is an exception, caught: the workers' files
+    say what happened); any other launcher as a child process. Returns the launcher's own exit code."""
+    name = Path(command[0]).name  # (a path to torchrun or accelerate is the same launcher)
+    if name == "torchrun":
+        from torch.distributed.run import parse_args, run  # deferred: torch
+
+        return caught(lambda: run(ours(parse_args(command[1:]), command)))
+    if name == "accelerate" and command[1:2] == ["launch"]:
+        from accelerate.commands.launch import launch_command, launch_command_parser  # deferred: accelerate
+
+        return caught(lambda: launch_command(ours(launch_command_parser().parse_args(command[2:]), command)))
+    child = subprocess.Popen(resolve(command), start_new_session=True)  # a terminal's Ctrl-C reaches us alone
+    while True:
+        try:
+            returned = child.wait()
+            break
+        except InterruptedError:  # (a signal handler ran)
+            continue
+    return returned if returned >= 0 else 128 - returned  # killed: 128 + the signal, as a shell says
+
+
+def ours(args, command: list[str]):
+    """The launcher's parsed arguments with SIGTERM and SIGINT left to `r1kit launch` (torch's agent would otherwise
+    take them: it sends its workers the signal it got, then raises), unless the command chose its own."""
+    if not any(item.startswith(("--signals-to-handle", "--signals_to_handle")) for item in command):
+        args.signals_to_handle = "SIGHUP,SIGQUIT"  # (accelerate launch passes it on to torch's launcher)
+    return args
+
+
+def caught(run) -> int:
+    try:
+        run()
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except Exception:  # noqa: BLE001 - a worker's failure, as the launcher raises it (ChildFailedError): the workers'
+        return 1  # own codes say more
+    return 0
 
 
 def read(folder: str, prefix: str) -> dict[str, int]:

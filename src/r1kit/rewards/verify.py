@@ -221,7 +221,11 @@ def _exit_with_parent() -> None:
 def worker_main(fd: int) -> None:
     """A verifier worker's loop over the socket `fd`: READY, then one (outcome, error) message per sample."""
 
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: the parent decides
+    # Ctrl-C reaches the whole process group, and a preemption's SIGTERM every process of the job (Slurm): the
+    # parent decides (it finishes its step and saves, and needs its verifiers for that step). The watchdog below
+    # ends a worker whose parent is gone.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     threading.Thread(target=_exit_with_parent, daemon=True, name="r1kit-verifier-watchdog").start()
     logging.getLogger("math_verify").setLevel(logging.ERROR)  # it warns that the limit is the parent's; it is
     conn = Connection(fd)

@@ -1,0 +1,172 @@
+"""One exit code per outcome on every launch path (r1kit.launch): a 2-process run preempted under
+`r1kit grpo --world-size 2`, `r1kit launch torchrun` and `r1kit launch accelerate launch` exits 75 (torchrun and
+accelerate launch alone say 1 or 143 for it, with a traceback), with one signal or several, and the same command
+resumes; a 2-process checkpoint is not resumed on one process. (Plain `r1kit grpo`: tests/test_lifecycle.py; a
+tripwire's stop, 3: tests/test_distributed.py.)"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from r1kit.console import EXIT_COMPLETED, EXIT_INTERRUPTED, EXIT_STOPPED
+from r1kit.launch import outcome, world_size
+from tests.helpers import raises_naming, tiny_recipe, write_recipe
+
+REPO = Path(__file__).resolve().parents[1]
+STARTUP_SECONDS = 300  # two ranks starting on a busy 2-core machine
+SLOW = ["accuracy", "tests.rewards_for_tests:slow_length_variety"]  # a step of ~1 s: room to signal mid-run
+
+
+def test_the_outcome_is_what_the_workers_agree_on():
+    assert outcome({"0": 75, "1": 75}, 2, True, 1) == EXIT_INTERRUPTED  # the launcher said 1
+    assert outcome({"0": 75}, 2, True, 1) == EXIT_INTERRUPTED  # one killed by its launcher after the stop
+    assert outcome({"0": 3, "1": 3}, 2, False, 1) == EXIT_STOPPED
+    assert outcome({"0": 0, "1": 0}, 2, False, 0) == EXIT_COMPLETED
+    assert outcome({"0": 0}, 2, False, 1) == 1  # one worker never said how it ended: a failure
+    assert outcome({"0": 75, "1": 1}, 2, True, 1) == 1  # a crash is the run's, whatever else happened
+    assert outcome({"0": 2, "1": 2}, 2, False, 1) == 2
+    assert outcome({}, 0, True, 1) == EXIT_INTERRUPTED  # stopped before any worker started
+    assert outcome({}, 0, False, 2) == 2  # the launcher's own error
+    assert world_size(["--config", "r.yaml", "--world-size", "2"]) == (2, ["--config", "r.yaml"])
+    assert world_size(["--world-size=3"]) == (3, [])
+    assert world_size(["--dry-run", "--world-size", "2"]) == (1, ["--dry-run", "--world-size", "2"])
+    with raises_naming("--world-size"):
+        world_size(["--world-size", "two"])
+
+
+class Launch:
+    """A launch command in its own process (stdout and stderr read by a thread); its process tree for signals."""
+
+    def __init__(self, *argv: str):
+        env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+        env.pop("MASTER_PORT", None)
+        self.proc = subprocess.Popen([sys.executable, "-m", "r1kit", *argv], cwd=REPO, env=env, text=True,
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        self.lines: list[str] = []
+        threading.Thread(target=lambda: self.lines.extend(self.proc.stdout), daemon=True).start()
+
+    def wait_for(self, text: str, seconds: float = STARTUP_SECONDS) -> None:
+        deadline = time.monotonic() + seconds
+        while not any(text in line for line in list(self.lines)):
+            assert self.proc.poll() is None, f"ended ({self.proc.returncode}) before {text!r}:\n{self.log[-3000:]}"
+            assert time.monotonic() < deadline, f"no {text!r} within {seconds} s:\n{self.log[-3000:]}"
+            time.sleep(0.05)
+
+    def tree(self) -> list[int]:
+        """Every live process the launch started, itself first (what Slurm signals at a preemption)."""
+        parents = {}
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                parents[int(pid)] = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+        found, frontier = [self.proc.pid], [self.proc.pid]
+        while frontier:
+            frontier = [pid for pid, parent in parents.items() if parent in frontier]
+            found += frontier
+        return found
+
+    def signal_all(self, number: int = signal.SIGTERM) -> None:
+        for pid in self.tree():
+            try:
+                os.kill(pid, number)
+            except OSError:
+                pass
+
+    def finish(self, seconds: float = 400) -> int:
+        try:
+            return self.proc.wait(timeout=seconds)
+        except subprocess.TimeoutExpired:
+            self.signal_all(signal.SIGKILL)
+            pytest.fail(f"still running after {seconds} s:\n{self.log[-3000:]}")
+
+    @property
+    def log(self) -> str:
+        return "".join(self.lines)
+
+
+def run_to_end(*argv: str) -> tuple[int, str]:
+    launch = Launch(*argv)
+    return launch.finish(), launch.log
+
+
+def assert_interrupted(code: int, log: str, out: Path) -> int:
+    """Exit 75 after one line naming the checkpoint; both ranks stopped at that step, nothing looks final."""
+    assert code == EXIT_INTERRUPTED, log[-4000:]
+    said = [line for line in log.splitlines() if "Interrupted by SIGTERM at step" in line]
+    assert len(said) == 1, log[-4000:]
+    record = json.loads((out / "r1kit_run.json").read_text())
+    assert record["status"] == "interrupted" and record["world_size"] == 2
+    step = record["global_step"]
+    assert f"checkpoint-{step}" in said[0]
+    assert json.loads((out / f"checkpoint-{step}" / "trainer_state.json").read_text())["global_step"] == step
+    assert (out / f"checkpoint-{step}" / "model.safetensors").is_file() and not (out / "model.safetensors").exists()
+    return step
+
+
+def two_rank_recipe(tmp_path: Path, model: Path, data: Path, max_steps: int = 6) -> tuple[Path, Path]:
+    out = tmp_path / "out"
+    return out, write_recipe(tmp_path, **tiny_recipe(model, data, out, max_steps=max_steps, save_steps=1000,
+                                                     use_cpu=True, per_device_train_batch_size=4, num_generations=4,
+                                                     reward_funcs=SLOW))
+
+
+@pytest.mark.slow
+def test_world_size_2_preempted_exits_75_is_not_resumed_on_one_process_and_resumes_on_two(
+        tmp_path, tiny_model_dir, math_jsonl):
+    out, recipe = two_rank_recipe(tmp_path, tiny_model_dir, math_jsonl)
+    command = ("grpo", "--world-size", "2", "--config", str(recipe))
+    launch = Launch(*command)
+    launch.wait_for("{'loss'")
+    launch.signal_all()  # a preemption: Slurm signals every process of the job step
+    step = assert_interrupted(launch.finish(), launch.log, out)
+    saved = (out / f"checkpoint-{step}" / "model.safetensors").read_bytes()
+
+    # The 2-process checkpoint on one process: half the global batch and another RNG layout. Refused in one line.
+    code, log = run_to_end("grpo", "--config", str(recipe))
+    errors = [line for line in log.splitlines() if line.startswith("r1kit: error:")]
+    assert code == 2 and len(errors) == 1, log[-3000:]
+    assert "world_size 2 -> 1" in errors[0] and "global_batch 8 -> 4" in errors[0] and "--world-size 2" in errors[0]
+    assert "'loss'" not in log and (out / f"checkpoint-{step}" / "model.safetensors").read_bytes() == saved
+
+    code, log = run_to_end(*command)  # as it was launched
+    assert code == EXIT_COMPLETED, log[-4000:]
+    assert f"Resuming from {out / f'checkpoint-{step}'}" in log
+    record = json.loads((out / "r1kit_run.json").read_text())
+    assert record["status"] == "completed" and record["global_step"] == 6
+    assert [(s["from_step"], s["status"]) for s in record["segments"]] == [(0, "interrupted"), (step, "completed")]
+
+
+@pytest.mark.slow
+def test_r1kit_launch_torchrun_exits_75_when_it_alone_is_signalled(tmp_path, tiny_model_dir, math_jsonl):
+    out, recipe = two_rank_recipe(tmp_path, tiny_model_dir, math_jsonl)
+    launch = Launch("launch", "torchrun", "--standalone", "--nproc_per_node", "2", "-m", "r1kit", "grpo",
+                    "--config", str(recipe))
+    launch.wait_for("{'loss'")
+    launch.proc.send_signal(signal.SIGTERM)  # a user's kill, or a container runtime: the launch alone
+    assert_interrupted(launch.finish(), launch.log, out)
+    assert "Traceback" not in launch.log  # (torchrun alone: exit 1 and its SignalException traceback)
+
+
+@pytest.mark.slow
+def test_r1kit_launch_accelerate_exits_75_on_repeated_signals_to_every_process(tmp_path, tiny_model_dir, math_jsonl):
+    out, recipe = two_rank_recipe(tmp_path, tiny_model_dir, math_jsonl)
+    launch = Launch("launch", "accelerate", "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
+                    "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "r1kit", "grpo", "--config", str(recipe))
+    launch.wait_for("{'loss'")
+    launch.signal_all()
+    launch.wait_for("SIGTERM received")
+    for _ in range(3):  # Slurm's signal, the launcher passing it on, an impatient user
+        time.sleep(0.2)
+        launch.signal_all()
+    assert_interrupted(launch.finish(), launch.log, out)
+    assert "Traceback" not in launch.log  # (accelerate launch alone: exit 143)
