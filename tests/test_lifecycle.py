@@ -196,6 +196,32 @@ def test_sft_on_sigint_saves_exits_75_and_the_same_command_resumes_exactly(tmp_p
     assert files() == before
 
 
+@pytest.mark.slow
+def test_more_sigterms_right_after_the_save_keep_exit_75(tmp_path, tiny_model_dir, math_jsonl):
+    """A launcher passing Slurm's SIGTERM on, or an impatient user: signals keep coming while the process, its
+    checkpoint saved, is on its way out. Its exit code stays 75 (it used to die of the signal: -15)."""
+    out, max_steps = tmp_path / "out", 5
+    recipe = write_recipe(tmp_path, **tiny_recipe(tiny_model_dir, math_jsonl, out, max_steps=max_steps,
+                                                  save_strategy="no", reward_funcs=[
+                                                      "accuracy", "tests.rewards_for_tests:slow_length_variety"]))
+    cmd = Command("grpo", recipe)
+    sent = 0
+    try:
+        cmd.wait_for("{'loss'")
+        cmd.proc.send_signal(signal.SIGTERM)
+        cmd.wait_for("Interrupted by SIGTERM")  # said just after the save
+        while cmd.proc.poll() is None:
+            cmd.proc.send_signal(signal.SIGTERM)
+            sent += 1
+            time.sleep(0.005)
+        code = cmd.finish()
+    finally:
+        cmd.kill()
+    assert sent >= 1
+    step = assert_interrupted_cleanly(code, cmd.log, out, "SIGTERM", max_steps)
+    assert json.loads((out / f"checkpoint-{step}" / "trainer_state.json").read_text())["global_step"] == step
+
+
 # --------------------------------------------------------------------------------------------------------------------
 # One run per output_dir
 # --------------------------------------------------------------------------------------------------------------------

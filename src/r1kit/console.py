@@ -28,7 +28,6 @@ EXIT_STOPPED = 3  # a tripwire stopped the run: not resumable as it is (r1kit_ru
 EXIT_INTERRUPTED = 75  # sysexits.h EX_TEMPFAIL: interrupted, resumable; the same command continues the run
 OUTCOME_DIR_ENV = "R1KIT_OUTCOME_DIR"  # set by `r1kit launch` for its workers
 TRAINING_COMMANDS = ("grpo", "sft")
-_run_began = False  # a run took the stop signals in this process (r1kit.lifecycle.begin)
 
 
 
@@ -120,24 +119,32 @@ def run_module(name: str, add_parser: Callable, argv: list[str] | None = None) -
 
 def hold_command_signals() -> None:
     """A training command's own SIGTERM/SIGINT handling, around the run's (`r1kit.lifecycle.Lifecycle`, which takes
-    them from `begin` until the run ends and then hands them back here). Before the run: stop at once, exit 75
-    (nothing trained, nothing to save). After it: a signal is ignored, so that a second SIGTERM arriving while the
-    process exits (a launcher passing Slurm's on, just after the save) cannot turn its code (75, 3 or 0) into -15."""
+    them from `begin` until the run ends, then hands them back: `after_run`). Before the run: stop at once, exit 75
+    (nothing trained, nothing to save). After it: ignored, so that a second SIGTERM arriving while the process exits
+    (a launcher passing Slurm's on, just after the save) cannot turn its code (75, 3 or 0) into -15."""
     if threading.current_thread() is threading.main_thread():
         for number in (signal.SIGTERM, signal.SIGINT):
             signal.signal(number, _command_signal)
 
 
-def run_began() -> None:
-    global _run_began
-    _run_began = True
+def after_run(handler):
+    """The handler a run hands its stop signals back to: in a training command's process (its own handler), SIG_IGN:
+    the run has said how it ended and the process is on its way out with that code. (Ignored by the kernel, not by
+    a Python handler, which the interpreter resets to the default while it shuts down: a late SIGTERM would then
+    kill the process and turn its 75, 3 or 0 into -15.)"""
+    return signal.SIG_IGN if handler is _command_signal else handler
+
+
+def quiet_after_run() -> None:
+    """The command has its exit code (a refused resume, an error, a stop before the run held the signals): from here
+    on a stop signal is ignored too (`after_run`)."""
+    if threading.current_thread() is threading.main_thread():
+        for number in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(number, after_run(signal.getsignal(number)))
 
 
 def _command_signal(number: int, frame) -> None:
     name = signal.Signals(number).name
-    if _run_began:  # the run has ended and said how; the process is on its way out with that code
-        _say_raw(f"r1kit: {name}: the run has already stopped; exiting with its code.")
-        return
     _say_raw(f"r1kit: {name} before the run started: stopping; nothing to save (exit code {EXIT_INTERRUPTED}).")
     raise SystemExit(EXIT_INTERRUPTED)
 
@@ -156,7 +163,10 @@ def with_outcome(command: Callable[[], int]) -> int:
     non-zero exit as its own failure, so the launch reads the outcome from these files."""
     folder = os.environ.get(OUTCOME_DIR_ENV)
     if not folder:
-        return command()
+        try:
+            return command()
+        finally:
+            quiet_after_run()
     rank = os.environ.get("RANK", str(os.getpid()))
     _write_outcome(folder, f"pid-{rank}", str(os.getpid()))
     code = 1
@@ -169,6 +179,7 @@ def with_outcome(command: Callable[[], int]) -> int:
         code = 130
         raise
     finally:
+        quiet_after_run()
         _write_outcome(folder, f"code-{rank}", str(code))
     return code
 

@@ -233,12 +233,13 @@ class Lifecycle:
         return self.lock.intact() if self.lock is not None else Path(self.output_dir).is_dir()
 
     def end(self) -> None:
-        """Releases the lock and puts the previous signal handlers back."""
+        """Releases the lock and puts the previous signal handlers back (in a training command's process, a stop
+        signal is ignored from here on: `console.after_run`)."""
         global _current
         if threading.current_thread() is threading.main_thread():
             for number, previous in self.previous.items():
                 if signal.getsignal(number) == self.on_signal:
-                    signal.signal(number, previous)
+                    signal.signal(number, console.after_run(previous))
         self.previous = {}
         if self.lock is not None:
             self.lock.release()
@@ -284,7 +285,6 @@ def begin(training_args) -> Lifecycle:
             logger.warning(message)
         raise RunHalted(message) if kind == "halted" else RunAlreadyComplete(message)
     life.hold_signals()
-    console.run_began()
     _current = life
     return life
 

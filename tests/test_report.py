@@ -1,0 +1,58 @@
+"""`r1kit report` and summary.json show the newest state of a run (a checkpoint newer than the finished segment's
+final state, or the live run's last save) and say which segments of the run they show."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+
+import pytest
+
+from r1kit.cli import main
+from r1kit.config.recipe import parse_args
+from r1kit.grpo import pipeline
+from tests.helpers import tiny_recipe, write_recipe
+from tests.test_lifecycle import STARTUP_SECONDS, Command
+
+
+@pytest.mark.slow
+def test_the_report_and_summary_show_the_newest_checkpoint_of_a_finished_run_continued_then_killed(
+        tmp_path, tiny_model_dir, capsys):
+    out = tmp_path / "out"
+    recipe = write_recipe(tmp_path, **tiny_recipe(
+        tiny_model_dir, "r1kit:addition", out, max_steps=2, save_steps=1, dataset_prompt_column="prompt",
+        callbacks=["heldout_accuracy"], heldout_size=8, heldout_eval_steps=1,
+        reward_funcs=["accuracy", "tests.rewards_for_tests:slow_length_variety"]))
+    pipeline(*parse_args(["--config", str(recipe)]))  # finished: its final state at step 2
+    assert json.loads((out / "summary.json").read_text())["status"] == "completed"
+
+    continued = Command("grpo", recipe, "--max_steps", "20")  # the same run, continued; then a kill -9
+    try:
+        deadline = time.monotonic() + STARTUP_SECONDS
+        while not (out / "checkpoint-4" / "r1kit_checkpoint.json").is_file():
+            assert continued.proc.poll() is None and time.monotonic() < deadline, continued.log[-3000:]
+            time.sleep(0.01)
+        continued.proc.send_signal(signal.SIGKILL)
+        continued.finish()
+    finally:
+        continued.kill()
+    states = [int(p.parent.name.split("-")[1]) for p in out.glob("checkpoint-*/trainer_state.json")]
+    recorded = [int(p.parent.name.split("-")[1]) for p in out.glob("checkpoint-*/r1kit_checkpoint.json")]
+    newest = max(states)
+    assert newest >= 4
+
+    capsys.readouterr()
+    assert main(["report", str(out)]) == 0
+    shown = capsys.readouterr().out
+    assert f"Showing checkpoint-{newest}/trainer_state.json (step {newest})" in shown  # (it showed step 2's state)
+    assert "no process holds the folder now (killed?)" in shown and "2 segment(s)" in shown
+    assert "1. steps 0-2 completed  <- shown" in shown
+    assert f"2. steps 2-{max(recorded)} running, from checkpoint-2  <- shown" in shown
+    rows = [line.split() for line in shown.splitlines() if line.strip()[:1].isdigit() and len(line.split()) > 3]
+    assert int(rows[-1][0]) == newest  # the table's last row is the newest step
+
+    summary = json.loads((out / "summary.json").read_text())  # as of the newest checkpoint, not the old end
+    assert summary["status"] == "running" and summary["steps"] == max(recorded)
+    assert summary["segments"] == [[0, 2, "completed"], [2, max(recorded), "running"]]
+    assert summary["accuracy_curve"][-1][0] == max(recorded)
