@@ -97,11 +97,14 @@ def test_vllm_server_that_comes_up_late_is_waited_for(gpu_and_vllm):
 
 
 def test_deepspeed_requested_but_not_installed(monkeypatch):
-    monkeypatch.setattr(preflight, "installed", lambda m: m != "deepspeed")
+    from r1kit import sharding
+
+    monkeypatch.setattr(sharding, "installed", lambda m: m != "deepspeed")
+    monkeypatch.setenv("WORLD_SIZE", "2")
     with pytest.raises(ConfigError, match=r"pip install 'r1kit\[deepspeed\]'"):
         preflight.check_machine(training(deepspeed="ds_config.json"), model())
     monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")
-    with pytest.raises(ConfigError, match="DeepSpeed was requested"):
+    with pytest.raises(ConfigError, match="DeepSpeed was asked for"):
         preflight.check_machine(training(), model())
 
 

@@ -15,7 +15,7 @@ import torch
 
 from r1kit.config.recipe import parse_args
 from r1kit.grpo import pipeline
-from r1kit.trainer import check_reward_values, checked_reward
+from r1kit.rewardtap import check_reward_values, checked_reward
 from tests.helpers import raises_naming, tiny_recipe, write_recipe
 
 

@@ -51,6 +51,13 @@ def checkpoint_problem(path: Path) -> str | None:
         return "trainer_state.json is unreadable (half-written?)"
     if any(path.glob("global_step*")):  # a DeepSpeed checkpoint: its own engine checks its files
         return None
+    sharded = sorted(p for p in path.glob(f"{FSDP_SHARDED_PREFIX}*") if p.is_dir())
+    if sharded:  # FSDP's sharded state dict: each folder a torch.distributed.checkpoint, every rank's shard in it
+        for folder in sharded + sorted(p for p in path.glob("optimizer_*") if p.is_dir()):
+            problem = distributed_checkpoint_problem(folder)
+            if problem:
+                return problem
+        return None
     weights = [path / name for name in WEIGHT_FILES if (path / name).is_file()]
     if not weights:
         return "no model weights"
@@ -62,6 +69,28 @@ def checkpoint_problem(path: Path) -> str | None:
 
 
 TRAINING_STATE_FILES = ("optimizer.pt", "scheduler.pt")
+FSDP_SHARDED_PREFIX = "pytorch_model_fsdp_"  # transformers' folder of an FSDP sharded state dict (and optimizer_N)
+
+
+def distributed_checkpoint_problem(folder: Path) -> str | None:
+    """Whether a torch.distributed.checkpoint folder is whole: its metadata reads, and every byte range it names is in
+    its file."""
+    from torch.distributed.checkpoint import FileSystemReader  # deferred: torch
+
+    try:
+        metadata = FileSystemReader(str(folder)).read_metadata()
+        needed: dict[str, int] = {}
+        for item in metadata.storage_data.values():
+            needed[item.relative_path] = max(needed.get(item.relative_path, 0), item.offset + item.length)
+    except Exception as e:  # noqa: BLE001 - unreadable metadata: this checkpoint cannot be resumed from
+        return f"{folder.name}/.metadata is unreadable ({type(e).__name__})"
+    for name, end in sorted(needed.items()):
+        file = folder / name
+        if not file.is_file():
+            return f"{folder.name}/{name} is missing"
+        if file.stat().st_size < end:
+            return f"{folder.name}/{name} is truncated ({file.stat().st_size} bytes where its metadata needs {end})"
+    return None
 
 
 def file_problem(file: Path) -> str | None:

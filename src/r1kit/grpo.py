@@ -44,8 +44,10 @@ from r1kit.lifecycle import RunStopped
 from r1kit.machine import vllm_is_cpu_build
 from r1kit.modeling import get_model, get_peft_config, get_tokenizer
 from r1kit.rewards import get_reward_funcs
+from r1kit.rewardtap import CompletionsRecorder
 from r1kit.second_opinion import SecondOpinion
-from r1kit.trainer import CompletionsRecorder, R1Trainer
+from r1kit.sharding import describe as describe_sharding
+from r1kit.trainer import R1Trainer
 from r1kit.tripwires import IdenticalCompletions, Tripwires, parse_tripwires
 from r1kit.vllm_front import client_line
 
@@ -228,6 +230,8 @@ def startup_summary(script_args, training_args, model_args, trainer, dataset, ch
         *(f"           {note}" for note in runs.resume_notes()),  # what changed since the checkpoint, and what is done
     ]
     extra = [f"  pass     {trainer.training_pass_summary()}"]  # above output and resume
+    if world > 1 or args.fsdp or args.deepspeed:
+        extra.append(f"  sharding {sharding_line(trainer, args)}")
     sampling = sampling_line(args)
     if sampling:
         extra.append(sampling)
@@ -239,6 +243,14 @@ def startup_summary(script_args, training_args, model_args, trainer, dataset, ch
         extra.append(loader_variables_line())
     at = lines.index(f"  output   {args.output_dir}")
     return "\n".join(lines[:at] + extra + lines[at:])
+
+
+def sharding_line(trainer, args) -> str:
+    """The start-up line for multi-process runs: the strategy in effect, the processes, the parameter bytes per rank,
+    and what r1kit set so that accelerate shards as launched (ranks without a GPU)."""
+    line = describe_sharding(trainer.accelerator, trainer.model, args)
+    changes = getattr(args, "r1kit_launch_changes", None)
+    return line + (f" (set: {'; '.join(changes)})" if changes else "")
 
 
 def vllm_line(args: GRPOConfig, start_seconds: float | None, heldout_shares: bool = False) -> str:

@@ -42,6 +42,7 @@ from r1kit.machine import has_cuda, installed, vllm_is_cpu_build
 from r1kit.rewards import check_reward_names
 from r1kit.rewards.code import check_code_execution, check_code_rows
 from r1kit.rewards.gym import check_gym_scoring
+from r1kit.sharding import check_launch
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -211,12 +212,9 @@ def check_vllm(training_args: GRPOConfig, server_wait: float | None = None) -> N
 
 
 def check_deepspeed(training_args: RunFields) -> None:
-    wants = bool(training_args.deepspeed) or os.environ.get("ACCELERATE_USE_DEEPSPEED", "").lower() in ("1", "true")
-    if wants and not installed("deepspeed"):
-        raise ConfigError(
-            "DeepSpeed was requested (deepspeed config or an accelerate DeepSpeed config) but is not installed: "
-            "pip install 'r1kit[deepspeed]', or launch with recipes/accelerate_configs/ddp.yaml or fsdp.yaml"
-        )
+    """The launch's sharding, as far as it can be checked before the model loads (`r1kit.sharding.check_launch`):
+    DeepSpeed installed when asked for, FSDP2 on ranks without a GPU, sharding on more than one process."""
+    check_launch(training_args)
 
 
 def check_report_to_installed(report_to: Any) -> None:

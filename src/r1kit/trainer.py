@@ -4,7 +4,7 @@
 that moves them fails in one place):
 
 - a reward tap (`_calculate_rewards`): every scored batch goes to the `reward_listeners`, e.g. the
-  `CompletionsRecorder` that writes `completions.jsonl`;
+  `CompletionsRecorder` (`r1kit.rewardtap`) that writes `completions.jsonl`;
 - dynamic sampling and the pass-rate curriculum (`_generate_and_score_completions`), whose pure logic is
   `r1kit.curriculum`;
 - the sampling state in every checkpoint (`_save_checkpoint`, `_load_optimizer_and_scheduler`).
@@ -41,7 +41,6 @@ not trained), `sampling/surplus_groups_dropped` (groups with signal beyond a ful
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import functools
 import json
@@ -54,18 +53,18 @@ from pathlib import Path
 
 import torch
 from accelerate.utils import gather_object
-from transformers import TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer, SFTTrainer
 from trl.models.utils import disable_gradient_checkpointing
-from trl.trainer.utils import is_async_callable, nanstd, use_adapter
+from trl.trainer import utils as trl_utils
+from trl.trainer.utils import nanstd, use_adapter
 
-from r1kit import records
 from r1kit.curriculum import SAMPLING_STATE, CurriculumRules, PromptPicker, join_pieces, prompt_key, slice_rows
 from r1kit.errors import ConfigError
 from r1kit.machine import vllm_is_cpu_build
 from r1kit.passchoice import PassRunner
-from r1kit.rewards.text import completion_text
+from r1kit.rewardtap import RECENT_REWARD_WARNINGS, checked_reward, watch_reward_warnings
+from r1kit.sharding import ShardingRecord, enable_fsdp_on_cpu
 from r1kit.vllm_front import authenticated_client
 
 logger = logging.getLogger(__name__)
@@ -144,67 +143,6 @@ def no_nccl_communicator():
         VLLMClient.init_communicator = original
 
 
-def checked_reward(func, name: str):
-    """`func` with its output checked on every call (`check_reward_values`); async stays async, so that TRL still runs
-    it concurrently with the others."""
-    if is_async_callable(func):
-        async def checked(*args, **kwargs):
-            return check_reward_values(name, await func(*args, **kwargs))
-    else:
-        def checked(*args, **kwargs):
-            return check_reward_values(name, func(*args, **kwargs))
-    return functools.wraps(func)(checked)
-
-
-def check_reward_values(name: str, values) -> list[float | None]:
-    """A reward's output as TRL takes it (a list of floats or None), or a `ValueError` that names the reward and the
-    row: the output must be a sequence (a list, tuple, array or tensor), one entry per completion, each None
-    ("cannot judge": skipped and counted) or a finite number. NaN and infinities are refused rather than passed on,
-    where TRL would read NaN as None and one infinity would zero its group's advantages and write `Infinity` into
-    the run's JSON."""
-    if hasattr(values, "tolist") and not isinstance(values, (str, bytes)):
-        values = values.tolist()  # numpy arrays and tensors
-    if not isinstance(values, (list, tuple)):
-        raise ValueError(f"reward '{name}' returned {type(values).__name__} {str(values)[:60]!r}; a reward returns a "
-                         "list with one score (a number, or None when it cannot judge) per completion")
-    checked: list[float | None] = []
-    for row, value in enumerate(values):
-        if value is None:
-            checked.append(None)
-            continue
-        if isinstance(value, (str, bytes)) or not hasattr(value, "__float__"):
-            raise ValueError(f"reward '{name}' returned {type(value).__name__} {str(value)[:60]!r} for row {row}; "
-                             "a score is a number, or None when the completion cannot be judged")
-        number = float(value)
-        if not math.isfinite(number):
-            raise ValueError(f"reward '{name}' returned {number} for row {row}; a score must be finite (return None "
-                             "when the completion cannot be judged)")
-        checked.append(number)
-    return checked
-
-
-class RecentWarnings(logging.Handler):
-    """The last few warnings the rewards and the sandbox logged (one line each), quoted when a reward that judges
-    nothing stops the run: they say why (the warning itself is logged once per distinct problem)."""
-
-    def __init__(self, size: int = 3):
-        super().__init__(level=logging.WARNING)
-        self.recent: collections.deque[str] = collections.deque(maxlen=size)
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.recent.append(" ".join(record.getMessage().split())[:300])
-
-
-RECENT_REWARD_WARNINGS = RecentWarnings()
-
-
-def watch_reward_warnings() -> None:
-    for name in ("r1kit.rewards", "r1kit.sandbox"):
-        watched = logging.getLogger(name)
-        if RECENT_REWARD_WARNINGS not in watched.handlers:
-            watched.addHandler(RECENT_REWARD_WARNINGS)
-
-
 class ColocatedEngine:
     """Greedy generation on the trainer's colocated vLLM engine at the policy's current weights: what the held-out
     accuracy callback generates with when the run has one (`R1Trainer.colocated_engine`).
@@ -235,49 +173,6 @@ class ColocatedEngine:
         return [output.outputs[0].text for output in outputs]
 
 
-class CompletionsRecorder(TrainerCallback):
-    """Writes every scored completion to `OUTPUT_DIR/completions.jsonl` with its step, prompt and the score of every
-    reward: what the model wrote, without wandb. A reward listener of `R1Trainer`.
-
-    It taps the trainer's reward calculation rather than a reward function, so each row holds every reward's score
-    whatever their kinds and order (plain functions, `async def` functions that TRL runs concurrently, reward models).
-    Only the main process records (its own share of the batch); rows from evaluation carry `"mode": "eval"`, and with
-    dynamic sampling rows carry their generation `round` (a step may score several rounds, dropped groups included).
-    A reward's `None` (NaN in TRL's tensor) stays `null`.
-    """
-
-    def __init__(self, output_dir: str):
-        self.path = Path(output_dir) / "completions.jsonl"
-
-    def on_train_begin(self, args, state, control, **kwargs):
-        # Also a trainer callback: a resumed run re-does the steps after its checkpoint, so their rows go first
-        # (with a line torn by a kill); a fresh run starts an empty file.
-        records.rewind(self.path, state.global_step)
-
-    def __call__(self, trainer: R1Trainer, prompts: list, completions: list, rewards: torch.Tensor,
-                 inputs: list[dict] | None = None) -> None:
-        # Gathered over processes, in rank order: this process's rows are its own slice.
-        n, rank = len(prompts), trainer.accelerator.process_index
-        training = trainer.model.training
-        step = trainer.state.global_step + 1 if training else trainer.state.global_step
-        names = list(trainer.reward_func_names)
-        scores = rewards[rank * n : (rank + 1) * n].tolist()
-        if not self.path.parent.is_dir():  # never recreate it: the run's step-end check reports the lost folder
-            return
-        with self.path.open("a") as f:
-            for prompt, completion, row_scores in zip(prompts, completions, scores):
-                row = {
-                    "step": step,
-                    "mode": "train" if training else "eval",
-                    "prompt": completion_text(prompt[-1:]) if isinstance(prompt, list) else prompt,
-                    "completion": completion_text(completion),
-                    "rewards": {name: None if math.isnan(v) else v for name, v in zip(names, row_scores)},
-                }
-                if training and trainer.generation_round is not None:
-                    row["round"] = trainer.generation_round
-                f.write(json.dumps(row) + "\n")
-
-
 class StopOnNonFiniteGradients:
     """For a transformers trainer (GRPO's and SFT's): the gradient norm is computed before every optimizer step, and
     a non-finite one stops the run there, before the update, so that no checkpoint holds non-finite weights
@@ -294,11 +189,72 @@ class StopOnNonFiniteGradients:
         return grad_norm
 
 
-class R1SFTTrainer(StopOnNonFiniteGradients, SFTTrainer):
-    """TRL's `SFTTrainer`, stopped before a non-finite update (`StopOnNonFiniteGradients`)."""
+class ShardedAsLaunched:
+    """For a transformers trainer (GRPO's and SFT's): FSDP on ranks without a GPU, which accelerate builds from the
+    launch and drops (`r1kit.sharding.enable_fsdp_on_cpu`), and OUTPUT_DIR/sharding.json, what each rank holds after
+    the first optimizer step (`ShardingRecord`)."""
+
+    def create_accelerator_and_postprocess(self) -> None:
+        super().create_accelerator_and_postprocess()
+        if enable_fsdp_on_cpu(self.accelerator):
+            self.is_fsdp_enabled = True  # what transformers derives from the plugin right after creating it
+
+    def add_sharding_record(self) -> None:
+        self.add_callback(ShardingRecord(self))
+
+    def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
+        """Checkpoints as the launch says (FSDP's sharded state dict: each rank its shard); the final model always
+        whole, as `from_pretrained` loads it (transformers writes no weights at all for a final save under a sharded
+        FSDP state dict)."""
+        if _internal_call or not (self.is_fsdp_enabled and fsdp_saves_sharded(self.accelerator)):
+            return super().save_model(output_dir, _internal_call)
+        output_dir = output_dir or self.args.output_dir
+        state_dict = self.accelerator.get_state_dict(self.model)  # a collective: gathered whole on the main process
+        if self.args.should_save:
+            self._save(output_dir, state_dict=state_dict)
 
 
-class R1Trainer(StopOnNonFiniteGradients, GRPOTrainer):
+def fsdp_saves_sharded(accelerator) -> bool:
+    plugin = getattr(accelerator.state, "fsdp_plugin", None)
+    return plugin is not None and "SHARDED" in str(plugin.state_dict_type)
+
+
+def zero3_safe_lm_head_gather() -> None:
+    """TRL's fused LM head gathers ZeRO-3's partitioned `lm_head` again in its backward, from the tensors autograd saved;
+    those come back without DeepSpeed's attributes (`ds_status`: trl#7065's review), so every ZeRO-3 backward raised
+    AttributeError. They hold the gathered weight already (saved while it was gathered), so they need no gather:
+    passed over, the real parameters still are gathered. Not under ZeRO-3 it changes nothing."""
+    original = trl_utils.maybe_gather_lm_head_ctx
+    if getattr(original, "r1kit_zero3_safe", False):
+        return
+
+    @functools.wraps(original)
+    def gather(*params):
+        return original(*(p for p in params if p is None or hasattr(p, "ds_status") or not _zero3_enabled()))
+
+    gather.r1kit_zero3_safe = True
+    trl_utils.maybe_gather_lm_head_ctx = gather
+
+
+def _zero3_enabled() -> bool:
+    from transformers.integrations.deepspeed import is_deepspeed_zero3_enabled  # deferred: the DeepSpeed integration
+
+    return is_deepspeed_zero3_enabled()
+
+
+zero3_safe_lm_head_gather()
+
+
+class R1SFTTrainer(ShardedAsLaunched, StopOnNonFiniteGradients, SFTTrainer):
+    """TRL's `SFTTrainer`, stopped before a non-finite update (`StopOnNonFiniteGradients`), sharded as launched
+    (`ShardedAsLaunched`)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.add_sharding_record()
+
+
+class R1Trainer(ShardedAsLaunched, StopOnNonFiniteGradients, GRPOTrainer):
     """TRL's `GRPOTrainer` with dynamic sampling and the pass-rate curriculum (see the module docstring). With neither
     turned on, it is TRL's trainer unchanged.
 
@@ -360,6 +316,7 @@ class R1Trainer(StopOnNonFiniteGradients, GRPOTrainer):
         self._snapshots = self.picker is not None and self.args.gradient_accumulation_steps % self._generate_every != 0
         self._state_before_generation: dict | None = None
         self.passes = PassRunner(self.args, self.accelerator)  # the training pass: which one, measured; running it
+        self.add_sharding_record()
 
     def _colocated_engine(self) -> ColocatedEngine | None:
         """The engine other generation can share: colocated vLLM on one device per engine. Not with sleep mode (the

@@ -39,6 +39,7 @@ from r1kit.rewards.math import check_cosine_bounds
 from r1kit.rewards.verify import DEFAULT_TIMEOUT
 from r1kit.sandbox import ProviderName
 from r1kit.second_opinion import KINDS
+from r1kit.sharding import apply_launch_defaults
 from r1kit.tripwires import parse_tripwires
 
 TRAINING_PASSES = ("auto", "dense", "bucketed", "packed", "packed_flex")  # r1kit.passchoice
@@ -464,6 +465,8 @@ def apply_machine_defaults(args: Any) -> None:
       print a FutureWarning; `activation_checkpointing`, when set, wins, as in transformers. A transformers without
       `activation_checkpointing` keeps `gradient_checkpointing` as it is.
     - no pinned memory without a GPU: torch can only warn that it has nothing to pin to.
+    - on several ranks without a GPU, `use_cpu` / `ddp_backend` such that accelerate forms the group and shards as
+      launched (`r1kit.sharding.apply_launch_defaults`; what changed is kept in `r1kit_launch_changes`).
     """
     has_gpu = has_cuda()
     if args.bf16 is None:
@@ -484,6 +487,7 @@ def apply_machine_defaults(args: Any) -> None:
             setattr(args, old, None)  # transformers mirrors the new name back into the old one
     if not has_gpu:
         args.dataloader_pin_memory = False
+    args.r1kit_launch_changes = apply_launch_defaults(args)  # ranks without a GPU: what accelerate needs to shard
     check_deepspeed_field(args.deepspeed)
     check_report_to(args.report_to)
 

@@ -1,0 +1,124 @@
+"""What the trainer's reward tap hands on: every reward's output checked as TRL takes it, the completions record
+(OUTPUT_DIR/completions.jsonl), and the rewards' latest warnings, quoted when a reward that judges nothing stops
+the run. Used by `r1kit.trainer.R1Trainer` (whose reward listeners are called as `listener(trainer, prompts, completions,
+rewards, inputs)`, `rewards` a host copy of TRL's gathered `(batch, num_rewards)` tensor); none of it touches TRL's
+private API."""
+
+from __future__ import annotations
+
+import collections
+import functools
+import json
+import logging
+import math
+from pathlib import Path
+
+from transformers import TrainerCallback
+from trl.trainer.utils import is_async_callable
+
+from r1kit import records
+from r1kit.rewards.text import completion_text
+
+
+def checked_reward(func, name: str):
+    """`func` with its output checked on every call (`check_reward_values`); async stays async, so that TRL still runs
+    it concurrently with the others."""
+    if is_async_callable(func):
+        async def checked(*args, **kwargs):
+            return check_reward_values(name, await func(*args, **kwargs))
+    else:
+        def checked(*args, **kwargs):
+            return check_reward_values(name, func(*args, **kwargs))
+    return functools.wraps(func)(checked)
+
+
+def check_reward_values(name: str, values) -> list[float | None]:
+    """A reward's output as TRL takes it (a list of floats or None), or a `ValueError` that names the reward and the
+    row: the output must be a sequence (a list, tuple, array or tensor), one entry per completion, each None
+    ("cannot judge": skipped and counted) or a finite number. NaN and infinities are refused rather than passed on,
+    where TRL would read NaN as None and one infinity would zero its group's advantages and write `Infinity` into
+    the run's JSON."""
+    if hasattr(values, "tolist") and not isinstance(values, (str, bytes)):
+        values = values.tolist()  # numpy arrays and tensors
+    if not isinstance(values, (list, tuple)):
+        raise ValueError(f"reward '{name}' returned {type(values).__name__} {str(values)[:60]!r}; a reward returns a "
+                         "list with one score (a number, or None when it cannot judge) per completion")
+    checked: list[float | None] = []
+    for row, value in enumerate(values):
+        if value is None:
+            checked.append(None)
+            continue
+        if isinstance(value, (str, bytes)) or not hasattr(value, "__float__"):
+            raise ValueError(f"reward '{name}' returned {type(value).__name__} {str(value)[:60]!r} for row {row}; "
+                             "a score is a number, or None when the completion cannot be judged")
+        number = float(value)
+        if not math.isfinite(number):
+            raise ValueError(f"reward '{name}' returned {number} for row {row}; a score must be finite (return None "
+                             "when the completion cannot be judged)")
+        checked.append(number)
+    return checked
+
+
+class RecentWarnings(logging.Handler):
+    """The last few warnings the rewards and the sandbox logged (one line each), quoted when a reward that judges
+    nothing stops the run: they say why (the warning itself is logged once per distinct problem)."""
+
+    def __init__(self, size: int = 3):
+        super().__init__(level=logging.WARNING)
+        self.recent: collections.deque[str] = collections.deque(maxlen=size)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.recent.append(" ".join(record.getMessage().split())[:300])
+
+
+RECENT_REWARD_WARNINGS = RecentWarnings()
+
+
+def watch_reward_warnings() -> None:
+    for name in ("r1kit.rewards", "r1kit.sandbox"):
+        watched = logging.getLogger(name)
+        if RECENT_REWARD_WARNINGS not in watched.handlers:
+            watched.addHandler(RECENT_REWARD_WARNINGS)
+
+
+class CompletionsRecorder(TrainerCallback):
+    """Writes every scored completion to `OUTPUT_DIR/completions.jsonl` with its step, prompt and the score of every
+    reward: what the model wrote, without wandb. A reward listener of `R1Trainer`.
+
+    It taps the trainer's reward calculation rather than a reward function, so each row holds every reward's score
+    whatever their kinds and order (plain functions, `async def` functions that TRL runs concurrently, reward models).
+    Only the main process records (its own share of the batch); rows from evaluation carry `"mode": "eval"`, and with
+    dynamic sampling rows carry their generation `round` (a step may score several rounds, dropped groups included).
+    A reward's `None` (NaN in TRL's tensor) stays `null`.
+    """
+
+    def __init__(self, output_dir: str):
+        self.path = Path(output_dir) / "completions.jsonl"
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        # Also a trainer callback: a resumed run re-does the steps after its checkpoint, so their rows go first
+        # (with a line torn by a kill); a fresh run starts an empty file.
+        records.rewind(self.path, state.global_step)
+
+    def __call__(self, trainer, prompts: list, completions: list, rewards,
+                 inputs: list[dict] | None = None) -> None:
+        # Gathered over processes, in rank order: this process's rows are its own slice.
+        n, rank = len(prompts), trainer.accelerator.process_index
+        training = trainer.model.training
+        step = trainer.state.global_step + 1 if training else trainer.state.global_step
+        names = list(trainer.reward_func_names)
+        scores = rewards[rank * n : (rank + 1) * n].tolist()
+        if not self.path.parent.is_dir():  # never recreate it: the run's step-end check reports the lost folder
+            return
+        with self.path.open("a") as f:
+            for prompt, completion, row_scores in zip(prompts, completions, scores):
+                row = {
+                    "step": step,
+                    "mode": "train" if training else "eval",
+                    "prompt": completion_text(prompt[-1:]) if isinstance(prompt, list) else prompt,
+                    "completion": completion_text(completion),
+                    "rewards": {name: None if math.isnan(v) else v for name, v in zip(names, row_scores)},
+                }
+                if training and trainer.generation_round is not None:
+                    row["round"] = trainer.generation_round
+                f.write(json.dumps(row) + "\n")

@@ -1,0 +1,243 @@
+"""Sharded training as it was launched: what the launch asked for, what r1kit checks before the model loads, what it
+does on ranks without a GPU, and what each rank really holds.
+
+accelerate, torch.distributed (FSDP2) and DeepSpeed are the engine. `accelerate launch --config_file fsdp.yaml` (or
+zero2/zero3.yaml) tells each process through its environment (`ACCELERATE_USE_FSDP`, `FSDP_*`,
+`ACCELERATE_USE_DEEPSPEED`, `ACCELERATE_DEEPSPEED_*`); transformers builds the accelerator from it. Where that silently
+gives something else, r1kit says so or makes it right:
+
+- On ranks without a GPU (`WORLD_SIZE` > 1, no CUDA): without `use_cpu` accelerate forms no process group, and each
+  rank trains alone; with it, accelerate ignores FSDP (it shards only on GPUs) and DeepSpeed (which it starts only
+  without `use_cpu`). So r1kit sets, before transformers reads them: `use_cpu: true` for DDP and FSDP (a gloo group),
+  and for DeepSpeed `use_cpu: false` with `ddp_backend: gloo` (DeepSpeed's CPU accelerator over gloo). FSDP2 then
+  goes through accelerate's own FSDP2 path (`fully_shard`): `enable_fsdp_on_cpu` turns the plugin accelerate built and
+  dropped back on. Said in the start-up block's `sharding` line.
+- Refused before the model loads, in one line each (`check_launch`): FSDP1 on CPU ranks (FSDP2 only), sharding asked
+  for on one process without offloading (nothing to shard), DeepSpeed asked for and not installed.
+- `ShardingRecord` writes OUTPUT_DIR/sharding.json after the first optimizer step: per rank, the bytes of parameters
+  and of optimizer state it holds, so that "sharded" is a measurement, not a configuration.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from transformers import TrainerCallback
+
+from r1kit.errors import ConfigError
+from r1kit.machine import has_cuda, installed
+
+logger = logging.getLogger(__name__)
+
+RECORD = "sharding.json"
+
+
+@dataclass
+class Launch:
+    """What the launch asked for: `engine` (`fsdp`, `deepspeed` or None: DDP or one process), FSDP's version or
+    ZeRO's stage, the processes launched, whether parameters or optimizer state are offloaded to the CPU."""
+
+    engine: str | None
+    level: int
+    world: int
+    offload: bool
+
+    @property
+    def name(self) -> str:
+        if self.engine == "fsdp":
+            return f"FSDP{self.level}"
+        if self.engine == "deepspeed":
+            return f"DeepSpeed ZeRO-{self.level}"
+        return "DDP" if self.world > 1 else "one process"
+
+    @property
+    def shards_parameters(self) -> bool:
+        return self.engine == "fsdp" or (self.engine == "deepspeed" and self.level == 3)
+
+
+def flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes")
+
+
+def requested(args=None) -> Launch:
+    """The sharding this process was launched with (accelerate's environment, or the recipe's `fsdp` / `deepspeed`)."""
+    world = int(os.environ.get("WORLD_SIZE", "1") or 1)
+    fsdp = flag("ACCELERATE_USE_FSDP") or bool(getattr(args, "fsdp", None))
+    if fsdp:
+        version = int(os.environ.get("FSDP_VERSION", "") or (getattr(args, "fsdp_config", None) or {}).get("version", 1))
+        return Launch("fsdp", version, world, flag("FSDP_OFFLOAD_PARAMS"))
+    if flag("ACCELERATE_USE_DEEPSPEED") or getattr(args, "deepspeed", None):
+        stage = os.environ.get("ACCELERATE_DEEPSPEED_ZERO_STAGE") or deepspeed_stage(getattr(args, "deepspeed", None))
+        offload = any(os.environ.get(f"ACCELERATE_DEEPSPEED_OFFLOAD_{part}_DEVICE", "none") not in ("none", "")
+                      for part in ("PARAM", "OPTIMIZER"))
+        return Launch("deepspeed", int(stage or 0), world, offload)
+    return Launch(None, 0, world, False)
+
+
+def deepspeed_stage(config) -> int:
+    """ZeRO's stage in a DeepSpeed config (a dict or a JSON file's path); 0 when it says none."""
+    if isinstance(config, (str, os.PathLike)) and Path(config).is_file():
+        config = json.loads(Path(config).read_text())
+    if isinstance(config, dict):
+        return int((config.get("zero_optimization") or {}).get("stage", 0) or 0)
+    return 0
+
+
+def apply_launch_defaults(args) -> list[str]:
+    """On ranks without a GPU, the settings under which accelerate gives what the launch asked for (see the module
+    docstring); returns what was changed, for the start-up block. Runs before transformers reads `args`."""
+    launch = requested(args)
+    if launch.world <= 1 or has_cuda():
+        return []
+    changed = []
+    if launch.engine == "deepspeed":
+        if args.use_cpu:
+            changed.append("use_cpu: false (accelerate starts DeepSpeed only without it)")
+            args.use_cpu = False
+        if args.ddp_backend is None:
+            changed.append("ddp_backend: gloo (DeepSpeed's CPU accelerator)")
+            args.ddp_backend = "gloo"
+    elif not args.use_cpu:
+        changed.append("use_cpu: true (without it the ranks would form no group and each train alone)")
+        args.use_cpu = True
+    return changed
+
+
+def check_launch(args) -> None:
+    """What the launch cannot give, refused before the model loads, one line each."""
+    launch = requested(args)
+    if launch.engine == "deepspeed" and not installed("deepspeed"):
+        raise ConfigError("DeepSpeed was asked for (an accelerate DeepSpeed config, or deepspeed:) but is not installed: "
+                          "pip install 'r1kit[deepspeed]', or launch with recipes/accelerate_configs/fsdp.yaml")
+    if launch.engine == "fsdp" and launch.level != 2 and launch.world > 1 and not has_cuda():
+        raise ConfigError(f"FSDP{launch.level} on ranks without a GPU: r1kit runs FSDP2 there; set fsdp_version: 2 in "
+                          "the accelerate config (recipes/accelerate_configs/fsdp.yaml)")
+    if launch.engine and launch.world == 1 and launch.shards_parameters and not launch.offload:
+        raise ConfigError(f"{launch.name} on one process shards nothing: launch it on several (accelerate launch "
+                          "--num_processes N, or r1kit grpo --world-size N), offload to the CPU, or drop the config")
+
+
+def enable_fsdp_on_cpu(accelerator) -> bool:
+    """Turns FSDP back on for a gloo group of CPU ranks, where accelerate built the FSDP plugin from the launch and
+    then dropped it (it shards only on GPUs): its own FSDP2 path (`fully_shard`) then wraps the model. True when it
+    did."""
+    from accelerate.state import PartialState
+    from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin
+
+    state = accelerator.state
+    launch = requested()
+    if (launch.engine != "fsdp" or state.distributed_type != DistributedType.MULTI_CPU
+            or getattr(state, "fsdp_plugin", None) is not None):
+        return False
+    plugin = FullyShardedDataParallelPlugin()  # from the launch's FSDP_* environment, as accelerate reads it
+    if plugin.fsdp_version != 2:
+        raise ConfigError("FSDP on ranks without a GPU runs as FSDP2 only: set fsdp_version: 2 in the accelerate config")
+    if state.mixed_precision != "no":
+        plugin.set_mixed_precision(state.mixed_precision)
+    state.distributed_type = DistributedType.FSDP
+    state.fsdp_plugin = plugin
+    # Every later AcceleratorState() copies the process state's type over its own: set it there too
+    PartialState._shared_state["distributed_type"] = DistributedType.FSDP
+    return True
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# What each rank holds
+# --------------------------------------------------------------------------------------------------------------------
+def local_bytes(tensor) -> int:
+    """The bytes of `tensor` this rank holds: a DTensor's local shard, a ZeRO-3 parameter's partition."""
+    partition = getattr(tensor, "ds_tensor", None)
+    if partition is not None:
+        return partition.numel() * partition.element_size()
+    if hasattr(tensor, "to_local"):
+        tensor = tensor.to_local()
+    return tensor.numel() * tensor.element_size()
+
+
+def whole_bytes(tensor) -> int:
+    shape = getattr(tensor, "ds_shape", None)
+    numel = 1
+    for size in (shape if shape is not None else tensor.shape):
+        numel *= size
+    return numel * tensor.element_size()
+
+
+def optimizer_state_bytes(optimizer) -> int:
+    """The bytes of optimizer state this rank holds (Adam's moments, ZeRO's partitions of them), through accelerate's
+    and DeepSpeed's wrappers."""
+    seen, inner = set(), optimizer
+    while inner is not None and id(inner) not in seen:
+        seen.add(id(inner))
+        state = getattr(inner, "state", None)
+        if isinstance(state, dict) and state:
+            return sum(local_bytes(value) for per_param in state.values() if isinstance(per_param, dict)
+                       for value in per_param.values() if hasattr(value, "element_size") and value.dim() > 0)
+        inner = getattr(inner, "optimizer", None)
+    return 0
+
+
+def rank_holdings(model, optimizer) -> dict:
+    parameters = list(model.parameters())
+    return {"parameter_bytes": sum(local_bytes(p) for p in parameters),
+            "whole_parameter_bytes": sum(whole_bytes(p) for p in parameters),
+            "trainable_parameter_bytes": sum(local_bytes(p) for p in parameters if p.requires_grad),
+            "optimizer_state_bytes": optimizer_state_bytes(optimizer)}
+
+
+def describe(accelerator, model, args) -> str:
+    """The start-up block's `sharding` line: strategy, processes, and the parameter bytes each rank will hold."""
+    launch = requested(args)
+    world = accelerator.num_processes
+    whole = sum(whole_bytes(p) for p in model.parameters())
+    per_rank = whole / world if launch.shards_parameters else whole
+    strategy = launch.name if world > 1 or launch.engine else "one process, no sharding"
+    line = f"{strategy} on {world} process{'es' if world != 1 else ''}"
+    if launch.shards_parameters:
+        line += f": {mib(per_rank)} of parameters per rank ({mib(whole)} whole)"
+    elif world > 1:
+        line += f": every rank holds all {mib(whole)} of parameters"
+        if launch.engine == "deepspeed" and launch.level >= 1:
+            line += ", optimizer state sharded"
+    return line
+
+
+def mib(n: float) -> str:
+    return f"{n / 2**20:.1f} MiB" if n >= 2**20 else f"{n / 2**10:.1f} KiB"
+
+
+def record_holdings(accelerator, model, optimizer, args, output_dir: str) -> dict | None:
+    """Every rank's holdings, gathered; written to OUTPUT_DIR/sharding.json by the main process (a collective: every
+    rank calls it)."""
+    from accelerate.utils import gather_object
+
+    mine = {"rank": accelerator.process_index, **rank_holdings(model, optimizer)}
+    ranks = gather_object([mine])
+    if not accelerator.is_main_process:
+        return None
+    launch = requested(args)
+    document = {"strategy": launch.name, "world_size": accelerator.num_processes,
+                "distributed_type": str(accelerator.distributed_type).split(".")[-1], "ranks": ranks}
+    try:
+        (Path(output_dir) / RECORD).write_text(json.dumps(document, indent=1) + "\n")
+    except OSError as error:  # the output folder went away: the run's own checks report it
+        logger.debug("%s not written: %s", RECORD, error)
+    return document
+
+
+class ShardingRecord(TrainerCallback):
+    """After the first optimizer step of a multi-process run, every rank's holdings in OUTPUT_DIR/sharding.json
+    (`record_holdings`, a collective: every rank records)."""
+
+    def __init__(self, trainer):
+        self.trainer, self.done = trainer, False
+
+    def on_step_end(self, args, state, control, **kwargs):
+        trainer = self.trainer
+        if self.done or trainer.accelerator.num_processes <= 1:
+            return
+        self.done = True
+        record_holdings(trainer.accelerator, trainer.model, trainer.optimizer, args, args.output_dir)
