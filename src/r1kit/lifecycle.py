@@ -144,9 +144,10 @@ class Lifecycle:
     A signal before training stops the process at once (exit 75: nothing trained yet, nothing to save). During
     training it is deferred to the end of the current step, where every process learns of it (`StopAtStepEnd`), saves
     and stops. After training the run finishes (final model, records) and exits 0. A second SIGINT stops at once,
-    unsaved (exit 130); a second SIGTERM (a launcher passing Slurm's on) is ignored: the run is already stopping. The
-    signals are handled in the process that installed the handlers only; a process forked from it (a worker pool)
-    keeps the behaviour it had before."""
+    unsaved (exit 130); a second SIGTERM (a launcher passing Slurm's on) is ignored: the run is already stopping. When
+    the run ends the handlers go back as they were, except a training command's own, which become SIG_IGN
+    (`console.after_run`: the exit code is decided). The signals are handled in the process that installed the
+    handlers only; a process forked from it (a worker pool) keeps the behaviour it had before."""
 
     def __init__(self, output_dir: str, is_main: bool, world_size: int):
         self.output_dir, self.is_main, self.world_size = output_dir, is_main, world_size

@@ -3,6 +3,7 @@
     r1kit sft --config recipes/OpenR1-Distill-7B/sft.yaml         # Open-R1's recipes, their keys unchanged
     r1kit sft --config recipes/demo/sft.yaml                      # the embedded demo's cold start, on CPU
     r1kit sft --config RECIPE --dry-run [--world-size N]          # check only, load no model
+    r1kit sft --config RECIPE --world-size N                      # N processes of this machine (r1kit launch)
 
 The pipeline mirrors `r1kit grpo`: strict recipe parsing (unknown keys, key migrations), checks before anything
 loads, the dataset (a Hub id, local files or folders, a mixture, or the built-in `r1kit:addition` worked solutions),
