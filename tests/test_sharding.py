@@ -1,0 +1,254 @@
+"""Sharded training, launched as users launch it: `accelerate launch --config_file` the shipped FSDP2, ZeRO-3 and
+ZeRO-2 configs, on 2 CPU ranks (gloo; FSDP2 through accelerate's own path, DeepSpeed through its CPU accelerator).
+Sharding is asserted as measured: each rank's parameter and optimizer-state bytes (OUTPUT_DIR/sharding.json), the
+loss and gradient norm of the first steps against a DDP run's, a checkpoint saved sharded and resumed, LoRA, and the
+final model saved whole for plain transformers. The checks that need no launch (`r1kit.sharding`) come first."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from r1kit import sharding
+from r1kit.errors import ConfigError
+from tests.helpers import raises_naming, tiny_recipe, write_recipe
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIGS = REPO / "recipes" / "accelerate_configs"
+TOLERANCE = {"rel": 1e-5, "abs": 1e-7}  # fp32, 2 ranks: only the reduction order differs
+deepspeed = pytest.mark.skipif(not sharding.installed("deepspeed"), reason="DeepSpeed not installed (r1kit[deepspeed])")
+
+
+# --- what the launch asked for, checked before the model loads ----------------------------------------------------------
+def args(**fields):
+    base = dict(fsdp=None, fsdp_config=None, deepspeed=None, use_cpu=False, ddp_backend=None)
+    return SimpleNamespace(**{**base, **fields})
+
+
+LAUNCHES = {  # what `accelerate launch --config_file X` puts in each process's environment (measured)
+    "fsdp": {"ACCELERATE_USE_FSDP": "true", "FSDP_VERSION": "2", "FSDP_OFFLOAD_PARAMS": "false"},
+    "fsdp1": {"ACCELERATE_USE_FSDP": "true", "FSDP_VERSION": "1"},
+    "zero3": {"ACCELERATE_USE_DEEPSPEED": "true", "ACCELERATE_DEEPSPEED_ZERO_STAGE": "3",
+              "ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_DEVICE": "none", "ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE": "none"},
+    "zero2": {"ACCELERATE_USE_DEEPSPEED": "true", "ACCELERATE_DEEPSPEED_ZERO_STAGE": "2"},
+}
+
+
+def launched(monkeypatch, name: str | None, world: int, gpu: bool = False) -> None:
+    for key in ("ACCELERATE_USE_FSDP", "FSDP_VERSION", "ACCELERATE_USE_DEEPSPEED", "ACCELERATE_DEEPSPEED_ZERO_STAGE"):
+        monkeypatch.delenv(key, raising=False)
+    for key, value in LAUNCHES.get(name, {}).items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("WORLD_SIZE", str(world))
+    monkeypatch.setattr(sharding, "has_cuda", lambda: gpu)
+
+
+def test_the_launch_is_read_from_accelerates_environment_and_the_recipe(monkeypatch):
+    launched(monkeypatch, "fsdp", 2)
+    assert sharding.requested(args()).name == "FSDP2" and sharding.requested(args()).shards_parameters
+    launched(monkeypatch, "zero2", 8)
+    launch = sharding.requested(args())
+    assert launch.name == "DeepSpeed ZeRO-2" and not launch.shards_parameters and launch.world == 8
+    launched(monkeypatch, None, 2)
+    assert sharding.requested(args(deepspeed={"zero_optimization": {"stage": 3}})).name == "DeepSpeed ZeRO-3"
+    assert sharding.requested(args()).name == "DDP"
+
+
+def test_on_ranks_without_a_gpu_the_settings_accelerate_needs_are_set_and_said(monkeypatch):
+    launched(monkeypatch, None, 2)
+    ddp = args()
+    assert "use_cpu: true" in sharding.apply_launch_defaults(ddp)[0] and ddp.use_cpu  # no group without it
+    launched(monkeypatch, "fsdp", 2)
+    fsdp = args(use_cpu=True)
+    assert sharding.apply_launch_defaults(fsdp) == [] and fsdp.use_cpu
+    launched(monkeypatch, "zero3", 2)
+    zero = args(use_cpu=True)
+    said = sharding.apply_launch_defaults(zero)
+    assert not zero.use_cpu and zero.ddp_backend == "gloo" and len(said) == 2  # accelerate skips DeepSpeed with use_cpu
+    launched(monkeypatch, "zero3", 2, gpu=True)
+    on_gpus = args(use_cpu=False)
+    assert sharding.apply_launch_defaults(on_gpus) == [] and on_gpus.ddp_backend is None  # GPUs: as launched
+    launched(monkeypatch, "fsdp", 1)
+    assert sharding.apply_launch_defaults(args()) == []  # one process: nothing to form
+
+
+def test_what_the_launch_cannot_give_is_refused_in_one_line(monkeypatch):
+    launched(monkeypatch, "fsdp1", 2)
+    with raises_naming("FSDP1", "fsdp_version"):
+        sharding.check_launch(args())
+    launched(monkeypatch, "fsdp1", 2, gpu=True)
+    sharding.check_launch(args())  # FSDP1 on GPUs is accelerate's to run
+    for name in ("fsdp", "zero3"):
+        launched(monkeypatch, name, 1)
+        with pytest.raises(ConfigError, match="on one process shards nothing"):
+            sharding.check_launch(args())
+    launched(monkeypatch, "zero2", 1)
+    sharding.check_launch(args())  # ZeRO-2 shards no parameters: one process is a legal (if pointless) launch
+    launched(monkeypatch, "zero3", 2)
+    monkeypatch.setattr(sharding, "installed", lambda module: module != "deepspeed")
+    with raises_naming("DeepSpeed"):
+        sharding.check_launch(args())
+
+
+# --- launched for real ------------------------------------------------------------------------------------------------
+def accelerate_launch(config: str, recipe: Path, *flags: str, command: str = "grpo") -> tuple[int, str]:
+    """`accelerate launch --config_file recipes/accelerate_configs/<config> --num_processes 2 -m r1kit.<command>`, as
+    users launch (fp32: no bf16 on CPU); (exit code, log)."""
+    accelerate = shutil.which("accelerate") or str(Path(sys.executable).with_name("accelerate"))
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    for key in list(env):
+        if key.startswith(("ACCELERATE_", "FSDP_")) or key in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_PORT"):
+            env.pop(key)
+    done = subprocess.run(
+        [accelerate, "launch", "--config_file", str(CONFIGS / config), "--num_processes", "2", "--mixed_precision",
+         "no", "--main_process_port", "0", "-m", f"r1kit.{command}", "--config", str(recipe), *flags],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    return done.returncode, done.stdout + done.stderr
+
+
+def history(out: Path) -> dict[int, dict]:
+    state = json.loads((out / "trainer_state.json").read_text())
+    return {e["step"]: e for e in state["log_history"] if "loss" in e}
+
+
+def holdings(out: Path) -> dict:
+    return json.loads((out / "sharding.json").read_text())
+
+
+def grpo_run(tmp_path_factory, tiny_model_dir, math_jsonl, config: str, **overrides) -> tuple[Path, str]:
+    folder = tmp_path_factory.mktemp(config.split(".")[0])
+    out = folder / "out"
+    recipe = tiny_recipe(tiny_model_dir, math_jsonl, out, max_steps=2, save_steps=1, per_device_train_batch_size=4,
+                         num_generations=4, **overrides)
+    code, log = accelerate_launch(config, write_recipe(folder, **recipe))
+    assert code == 0, log[-4000:]
+    return out, log
+
+
+@pytest.fixture(scope="module")
+def ddp(tmp_path_factory, tiny_model_dir, math_jsonl):
+    return grpo_run(tmp_path_factory, tiny_model_dir, math_jsonl, "ddp.yaml")[0]
+
+
+def assert_trains_as_ddp(out: Path, ddp: Path) -> None:
+    ours, reference = history(out), history(ddp)
+    assert sorted(ours) == sorted(reference) == [1, 2]
+    for step in reference:
+        for key in ("loss", "grad_norm", "reward"):
+            assert ours[step][key] == pytest.approx(reference[step][key], **TOLERANCE), (step, key)
+
+
+def assert_final_model_is_whole(out: Path, ddp: Path) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    ours, reference = (AutoModelForCausalLM.from_pretrained(p).state_dict() for p in (out, ddp))
+    assert ours.keys() == reference.keys()
+    for name in reference:
+        torch.testing.assert_close(ours[name], reference[name], rtol=1e-4, atol=1e-5, msg=name)
+
+
+@pytest.mark.slow
+def test_ddp_holds_everything_on_every_rank(ddp):
+    record = holdings(ddp)
+    assert record["strategy"] == "DDP" and record["world_size"] == 2
+    whole = record["ranks"][0]["whole_parameter_bytes"]
+    assert all(r["parameter_bytes"] == whole and r["optimizer_state_bytes"] == 2 * whole for r in record["ranks"])
+
+
+@pytest.mark.slow
+def test_fsdp2_shards_parameters_and_optimizer_trains_as_ddp_and_resumes_from_its_sharded_checkpoint(
+        tmp_path_factory, tiny_model_dir, math_jsonl, ddp):
+    out, log = grpo_run(tmp_path_factory, tiny_model_dir, math_jsonl, "fsdp.yaml")
+    assert "sharding FSDP2 on 2 processes" in log and "per rank" in log and "use_cpu: true" in log
+    record = holdings(out)
+    assert record["distributed_type"] == "FSDP"
+    whole = record["ranks"][0]["whole_parameter_bytes"]
+    assert sum(r["parameter_bytes"] for r in record["ranks"]) == whole  # each rank its shard, together the model
+    assert all(0.4 * whole < r["parameter_bytes"] < 0.6 * whole for r in record["ranks"])
+    assert sum(r["optimizer_state_bytes"] for r in record["ranks"]) == 2 * whole  # Adam's two moments, sharded
+    assert_trains_as_ddp(out, ddp)
+    checkpoint = out / "checkpoint-2"
+    assert (checkpoint / "pytorch_model_fsdp_0" / ".metadata").is_file() and not (checkpoint / "model.safetensors").exists()
+    assert_final_model_is_whole(out, ddp)
+
+    code, log = accelerate_launch("fsdp.yaml", out.parent / "recipe.yaml", "--max_steps", "3")  # the same command
+    assert code == 0, log[-4000:]
+    assert f"continues {checkpoint}" in log and "Skipping checkpoint" not in log
+    assert sorted(history(out)) == [1, 2, 3]
+
+
+@pytest.mark.slow
+@deepspeed
+def test_zero3_shards_parameters_and_optimizer_trains_as_ddp_and_resumes(tmp_path_factory, tiny_model_dir, math_jsonl,
+                                                                        ddp):
+    out, log = grpo_run(tmp_path_factory, tiny_model_dir, math_jsonl, "zero3.yaml")
+    assert "sharding DeepSpeed ZeRO-3 on 2 processes" in log and "ddp_backend: gloo" in log
+    record = holdings(out)
+    assert record["distributed_type"] == "DEEPSPEED"
+    whole = record["ranks"][0]["whole_parameter_bytes"]
+    assert all(0.4 * whole < r["parameter_bytes"] < 0.6 * whole for r in record["ranks"])  # ZeRO-3's partitions
+    assert all(0.8 * whole < r["optimizer_state_bytes"] < 1.2 * whole for r in record["ranks"])  # half of 2 x whole
+    assert_trains_as_ddp(out, ddp)
+    assert_final_model_is_whole(out, ddp)
+    code, log = accelerate_launch("zero3.yaml", out.parent / "recipe.yaml", "--max_steps", "3")
+    assert code == 0, log[-4000:]
+    assert f"continues {out / 'checkpoint-2'}" in log and sorted(history(out)) == [1, 2, 3]
+
+
+@pytest.mark.slow
+@deepspeed
+def test_zero2_shards_the_optimizer_state_not_the_parameters(tmp_path_factory, tiny_model_dir, math_jsonl, ddp):
+    out, _ = grpo_run(tmp_path_factory, tiny_model_dir, math_jsonl, "zero2.yaml")
+    record = holdings(out)
+    whole = record["ranks"][0]["whole_parameter_bytes"]
+    assert all(r["parameter_bytes"] == whole for r in record["ranks"])
+    assert all(0.8 * whole < r["optimizer_state_bytes"] < 1.2 * whole for r in record["ranks"])
+    assert_trains_as_ddp(out, ddp)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("config", ["fsdp.yaml", pytest.param("zero3.yaml", marks=deepspeed)])
+def test_lora_under_sharding_saves_a_merged_model_equal_to_base_plus_adapter(tmp_path_factory, tiny_model_dir,
+                                                                          math_jsonl, config):
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    out, _ = grpo_run(tmp_path_factory, tiny_model_dir, math_jsonl, config, use_peft=True, lora_r=4, lora_alpha=8,
+                      lora_target_modules=["q_proj", "v_proj"])
+    merged = AutoModelForCausalLM.from_pretrained(out)
+    rebuilt = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny_model_dir), out / "adapter")
+    ids = torch.randint(3, 30, (2, 12), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        torch.testing.assert_close(merged(ids).logits, rebuilt.merge_and_unload()(ids).logits, rtol=1e-5, atol=1e-5)
+        assert (merged(ids).logits - AutoModelForCausalLM.from_pretrained(tiny_model_dir)(ids).logits).abs().max() > 0
+    assert holdings(out)["ranks"][0]["trainable_parameter_bytes"] < holdings(out)["ranks"][0]["parameter_bytes"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("config", ["fsdp.yaml", pytest.param("zero3.yaml", marks=deepspeed)])
+def test_sft_trains_sharded_and_saves_the_model_whole(tmp_path, tiny_model_dir, config):
+    from transformers import AutoModelForCausalLM
+
+    data = tmp_path / "distill.jsonl"
+    data.write_text("".join(json.dumps({"messages": [{"role": "user", "content": f"What is {i} + {i}?"},
+                                                     {"role": "assistant", "content": f"<answer>{2 * i}</answer>"}]})
+                            + "\n" for i in range(32)))
+    out = tmp_path / "out"
+    recipe = write_recipe(tmp_path, model_name_or_path=str(tiny_model_dir), dataset_name=str(data), max_length=64,
+                          per_device_train_batch_size=4, max_steps=2, save_steps=1, logging_steps=1,
+                          learning_rate=1.0e-3, report_to="none", bf16=False, output_dir=str(out), seed=3)
+    code, log = accelerate_launch(config, recipe, command="sft")
+    assert code == 0, log[-4000:]
+    record = holdings(out)
+    whole = record["ranks"][0]["whole_parameter_bytes"]
+    assert all(r["parameter_bytes"] < 0.6 * whole for r in record["ranks"])
+    assert AutoModelForCausalLM.from_pretrained(out).num_parameters() * 4 == whole
