@@ -57,8 +57,8 @@ def raises_naming(*words: str):
         assert re.search(rf"(?<![\w-]){re.escape(word)}(?![\w-])", message), f"{word!r} not named in: {message}"
 
 
-def descendants() -> set[int]:
-    """Processes started (directly or not) by this test process: what a jail or a reward left behind is among them."""
+def process_parents() -> dict[int, int]:
+    """{pid: parent pid} of every process this machine shows, read from /proc."""
     import os
 
     parents = {}
@@ -67,7 +67,16 @@ def descendants() -> set[int]:
             parents[int(pid)] = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
         except (OSError, IndexError, ValueError):
             continue
-    me, found = os.getpid(), set()
+    return parents
+
+
+def descendants(root: int | None = None) -> set[int]:
+    """Processes started (directly or not) by `root` (default: this test process): what a jail or a reward left
+    behind is among them."""
+    import os
+
+    parents = process_parents()
+    me, found = root or os.getpid(), set()
     for pid in parents:
         p, hops = pid, 0
         while p in parents and p > 1 and hops < 64:

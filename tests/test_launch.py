@@ -19,7 +19,8 @@ import pytest
 
 from r1kit.console import EXIT_COMPLETED, EXIT_INTERRUPTED, EXIT_STOPPED
 from r1kit.launch import outcome, world_size
-from tests.helpers import raises_naming, tiny_recipe, write_recipe
+from tests.helpers import descendants, raises_naming, tiny_recipe, write_recipe
+from tests.test_lifecycle import Command
 
 REPO = Path(__file__).resolve().parents[1]
 STARTUP_SECONDS = 300  # two ranks starting on a busy 2-core machine
@@ -43,8 +44,8 @@ def test_the_outcome_is_what_the_workers_agree_on():
         world_size(["--world-size", "two"])
 
 
-class Launch:
-    """A launch command in its own process (stdout and stderr read by a thread); its process tree for signals."""
+class Launch(Command):
+    """`python -m r1kit ARGV` in its own process, watched line by line (`Command`); its process tree for signals."""
 
     def __init__(self, *argv: str):
         env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
@@ -52,31 +53,12 @@ class Launch:
         self.proc = subprocess.Popen([sys.executable, "-m", "r1kit", *argv], cwd=REPO, env=env, text=True,
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         self.lines: list[str] = []
-        threading.Thread(target=lambda: self.lines.extend(self.proc.stdout), daemon=True).start()
-
-    def wait_for(self, text: str, seconds: float = STARTUP_SECONDS) -> None:
-        deadline = time.monotonic() + seconds
-        while not any(text in line for line in list(self.lines)):
-            assert self.proc.poll() is None, f"ended ({self.proc.returncode}) before {text!r}:\n{self.log[-3000:]}"
-            assert time.monotonic() < deadline, f"no {text!r} within {seconds} s:\n{self.log[-3000:]}"
-            time.sleep(0.05)
-
-    def tree(self) -> list[int]:
-        """Every live process the launch started, itself first (what Slurm signals at a preemption)."""
-        parents = {}
-        for pid in filter(str.isdigit, os.listdir("/proc")):
-            try:
-                parents[int(pid)] = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-        found, frontier = [self.proc.pid], [self.proc.pid]
-        while frontier:
-            frontier = [pid for pid, parent in parents.items() if parent in frontier]
-            found += frontier
-        return found
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
 
     def signal_all(self, number: int = signal.SIGTERM) -> None:
-        for pid in self.tree():
+        """The launch and every process it started (what Slurm signals at a preemption)."""
+        for pid in [self.proc.pid, *descendants(self.proc.pid)]:
             try:
                 os.kill(pid, number)
             except OSError:
@@ -84,14 +66,9 @@ class Launch:
 
     def finish(self, seconds: float = 400) -> int:
         try:
-            return self.proc.wait(timeout=seconds)
-        except subprocess.TimeoutExpired:
-            self.signal_all(signal.SIGKILL)
-            pytest.fail(f"still running after {seconds} s:\n{self.log[-3000:]}")
-
-    @property
-    def log(self) -> str:
-        return "".join(self.lines)
+            return super().finish(seconds)
+        finally:
+            self.signal_all(signal.SIGKILL)  # (nothing is left when it ended by itself)
 
 
 def run_to_end(*argv: str) -> tuple[int, str]:
@@ -126,7 +103,7 @@ def test_world_size_2_preempted_exits_75_is_not_resumed_on_one_process_and_resum
     out, recipe = two_rank_recipe(tmp_path, tiny_model_dir, math_jsonl)
     command = ("grpo", "--world-size", "2", "--config", str(recipe))
     launch = Launch(*command)
-    launch.wait_for("{'loss'")
+    launch.wait_for("{'loss'", STARTUP_SECONDS)
     launch.signal_all()  # a preemption: Slurm signals every process of the job step
     step = assert_interrupted(launch.finish(), launch.log, out)
     saved = (out / f"checkpoint-{step}" / "model.safetensors").read_bytes()
@@ -151,7 +128,7 @@ def test_r1kit_launch_torchrun_exits_75_when_it_alone_is_signalled(tmp_path, tin
     out, recipe = two_rank_recipe(tmp_path, tiny_model_dir, math_jsonl)
     launch = Launch("launch", "torchrun", "--standalone", "--nproc_per_node", "2", "-m", "r1kit", "grpo",
                     "--config", str(recipe))
-    launch.wait_for("{'loss'")
+    launch.wait_for("{'loss'", STARTUP_SECONDS)
     launch.proc.send_signal(signal.SIGTERM)  # a user's kill, or a container runtime: the launch alone
     assert_interrupted(launch.finish(), launch.log, out)
     assert "Traceback" not in launch.log  # (torchrun alone: exit 1 and its SignalException traceback)
@@ -162,7 +139,7 @@ def test_r1kit_launch_accelerate_exits_75_on_repeated_signals_to_every_process(t
     out, recipe = two_rank_recipe(tmp_path, tiny_model_dir, math_jsonl)
     launch = Launch("launch", "accelerate", "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
                     "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "r1kit", "grpo", "--config", str(recipe))
-    launch.wait_for("{'loss'")
+    launch.wait_for("{'loss'", STARTUP_SECONDS)
     launch.signal_all()
     launch.wait_for("SIGTERM received")
     for _ in range(3):  # Slurm's signal, the launcher passing it on, an impatient user
