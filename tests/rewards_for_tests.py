@@ -95,3 +95,23 @@ def length_variety_or_kill(completions, **kwargs):
     if os.environ.get("R1KIT_TEST_KILL_AT") == str(_calls):
         os.kill(os.getpid(), signal.SIGKILL)
     return length_variety(completions)
+
+
+_gated_calls = 0
+
+
+def gated_length_variety(completions, **kwargs):
+    """`length_variety`; with R1KIT_TEST_GATE=DIR in the environment, its call number R1KIT_TEST_GATE_AT writes
+    DIR/waiting-<RANK> and waits (10 minutes at most) for DIR/go: a test can signal the run at the step it chooses,
+    then let the step finish once the signal has landed."""
+    global _gated_calls
+    _gated_calls += 1
+    gate = os.environ.get("R1KIT_TEST_GATE")
+    if gate and os.environ.get("R1KIT_TEST_GATE_AT") == str(_gated_calls):
+        from pathlib import Path
+
+        (Path(gate) / f"waiting-{os.environ.get('RANK', '0')}").touch()
+        deadline = time.monotonic() + 600
+        while not (Path(gate) / "go").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+    return length_variety(completions)
