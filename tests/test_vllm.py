@@ -44,6 +44,15 @@ def flat_data(tmp_path_factory) -> Path:
     return path
 
 
+def process_env() -> dict:
+    """This process's environment for a run of its own, without a rendezvous port another test left in it (vLLM's
+    engine binds MASTER_PORT when it is set, and two engines starting together would take the same one)."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    for key in ("MASTER_PORT", "MASTER_ADDR", "RANK", "LOCAL_RANK", "WORLD_SIZE"):
+        env.pop(key, None)
+    return env
+
+
 def grpo(tmp_path: Path, model: Path, data: Path, out: Path, env: dict | None = None, **keys) -> list[dict]:
     """Runs `r1kit grpo` in a process of its own (a vLLM engine per process), with `env` added to the environment;
     returns the logged steps. Its output is kept in `out/grpo_output.log`."""
@@ -55,7 +64,7 @@ def grpo(tmp_path: Path, model: Path, data: Path, out: Path, env: dict | None = 
                   probe_rewards=False)  # flat_or_length pays 1.0 on flat rows whatever the reply: the probes would stop it
     recipe.update(keys)
     path = write_recipe(tmp_path, **recipe)
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), **(env or {})}
+    env = {**process_env(), **(env or {})}
     result = subprocess.run([sys.executable, "-m", "r1kit.grpo", "--config", str(path)], cwd=ROOT, env=env,
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -91,7 +100,7 @@ def test_a_resumed_run_loads_the_checkpoint_into_the_engine(tmp_path, vllm_model
 
 def evaluate_with_vllm(tmp_path: Path, model: Path, limit: int = 4) -> dict:
     """`r1kit evaluate` on the addition benchmark in a process of its own; asserts vLLM generated; the metrics."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    env = process_env()
     out = tmp_path / f"eval-{model.name}"
     evaluated = subprocess.run([sys.executable, "-m", "r1kit.evaluation", "--model", str(model), "--benchmarks",
                                 "addition", "--limit", str(limit), "--max-new-tokens", "8", "--output-dir", str(out)],
@@ -105,7 +114,7 @@ def test_a_lora_run_leaves_a_folder_vllm_loads_and_pass_rate_generates_with_vllm
     out = tmp_path / "trained"
     grpo(tmp_path, vllm_model_dir, flat_data, out, max_steps=1, use_peft=True, lora_r=4, lora_target_modules=["q_proj", "v_proj"])
     assert evaluate_with_vllm(tmp_path, out, limit=8)["n"] == 8  # the merged model, not the adapter
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    env = process_env()
     recipe = write_recipe(tmp_path, model_name_or_path=str(out), dataset_name=str(flat_data),
                           dataset_prompt_column="problem", reward_funcs=["accuracy"], num_generations=4,
                           max_completion_length=8, dataset_end_index=8, output_dir=str(tmp_path / "rates"),
@@ -155,7 +164,7 @@ def test_heldout_accuracy_generates_with_the_colocated_engine_at_the_current_wei
         save_strategy="no", use_vllm=True, vllm_mode="colocate", vllm_max_model_length=128, bf16=False,
         torch_num_threads=1, seed=0, max_steps=2, callbacks=["heldout_accuracy"], heldout_eval_steps=1,
         probe_rewards=False)  # flat_or_length pays for length by design: the exploit probes would stop it
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    env = process_env()
     result = subprocess.run([sys.executable, "-c", HELDOUT_CHECK, str(recipe)], cwd=ROOT, env=env,
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -230,7 +239,7 @@ def test_server_mode_on_the_cpu_build_trains_from_the_updated_weights_and_no_one
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), "R1KIT_VLLM_SECRET": SECRET}
+    env = {**process_env(), "R1KIT_VLLM_SECRET": SECRET}
     env.pop("R1KIT_VLLM_SECRET_FILE", None)
     server_log = (tmp_path / "server.log").open("w")
     server = subprocess.Popen([sys.executable, "-m", "r1kit.vllm_serve", "--model", str(vllm_model_dir), "--port",

@@ -91,7 +91,13 @@ def apply_launch_defaults(args) -> list[str]:
     """On ranks without a GPU, the settings under which accelerate gives what the launch asked for (see the module
     docstring); returns what was changed, for the start-up block. Runs before transformers reads `args`."""
     launch = requested(args)
-    if launch.world <= 1 or has_cuda():
+    if launch.world <= 1:
+        # One process: a free rendezvous port for what it starts (a colocated vLLM engine), where accelerate would set
+        # its fixed 29500 and two runs on one machine would both bind it
+        if not os.environ.get("MASTER_PORT"):
+            os.environ["MASTER_PORT"] = str(free_port())
+        return []
+    if has_cuda():
         return []
     changed = []
     if launch.engine == "deepspeed":
@@ -105,6 +111,14 @@ def apply_launch_defaults(args) -> list[str]:
         changed.append("use_cpu: true (without it the ranks would form no group and each train alone)")
         args.use_cpu = True
     return changed
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 def check_launch(args) -> None:

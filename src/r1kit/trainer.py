@@ -49,6 +49,7 @@ import math
 import os
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -66,6 +67,7 @@ from r1kit.passchoice import PassRunner
 from r1kit.rewardtap import RECENT_REWARD_WARNINGS, checked_reward, watch_reward_warnings
 from r1kit.sharding import ShardingRecord, enable_fsdp_on_cpu
 from r1kit.vllm_front import authenticated_client
+from r1kit.weightsync import Unsupported, iter_layer_weights, lora_layers
 
 logger = logging.getLogger(__name__)
 
@@ -83,46 +85,76 @@ torch.serialization.register_package(11, lambda obj: None, _restore_on_indexed_c
 DEFAULT_CPU_KVCACHE_GIB = 1  # VLLM_CPU_KVCACHE_SPACE when the environment leaves it unset (vLLM's own is 4 GiB)
 
 
-def policy_weights(generation) -> list[tuple[str, torch.Tensor]]:
-    """The policy's current weights, named as vLLM expects, as copies. `generation` is TRL's `VLLMGeneration`; its
-    parameter walk handles PEFT (adapters merged for the copy), DeepSpeed and FSDP (a collective: every process
-    walks).
+def walk_weights_by_layer(generation) -> None:
+    """TRL's weight walk for vLLM (`_iter_named_params`, which both its sync modes and r1kit's CPU paths read),
+    replaced on `generation` by `r1kit.weightsync`'s: one module gathered at a time, a LoRA layer merged from its own
+    gathered weights (TRL gathers the whole model to merge an adapter, trl#5766). FSDP1 and adapters that walk does not
+    cover keep TRL's, said once."""
+    original, dist = generation._iter_named_params, generation._dist
+    try:
+        lora_layers(generation.model)
+    except Unsupported as why:
+        logger.info("Weight sync to vLLM: TRL's walk (gathers the whole model to merge the adapter): %s", why)
+        return
+    if dist.is_fsdp and dist.fsdp_version == 1:
+        return
+    gather = dist.gather_params if dist.is_zero3 else None
+    generation._iter_named_params = lambda: iter_layer_weights(generation.model, gather, generation._fix_param_name_to_vllm)
+    generation.r1kit_original_walk = original
 
-    A tied output head is listed explicitly: vLLM's reload repacks `lm_head` from its own entry, so leaving it out
-    (as a tied model's parameter list does) keeps a stale head that mixes old and new weights.
-    """
-    weights = [(name, tensor.detach().clone()) for name, tensor in generation._iter_named_params()]  # (merged copies)
-    names = {name for name, _ in weights}
-    config = generation.model.config
-    if getattr(config, "tie_word_embeddings", False) and "lm_head.weight" not in names:
-        embedding = next((t for n, t in weights if n.endswith("embed_tokens.weight")), None)
-        if embedding is not None:
-            weights.append(("lm_head.weight", embedding.clone()))
-    return weights
+
+def policy_weights(generation) -> Iterator[tuple[str, torch.Tensor]]:
+    """The policy's current weights, named as vLLM expects, one at a time (`walk_weights_by_layer`; a collective under
+    ZeRO-3 and FSDP: every process walks to the end). A tied output head is listed explicitly, last: vLLM's reload
+    repacks `lm_head` from its own entry, so leaving it out (as a tied model's parameter walk does) keeps a stale head
+    that mixes old and new weights."""
+    tied = getattr(generation.model.config, "tie_word_embeddings", False)
+    embedding, head = None, False
+    for name, tensor in generation._iter_named_params():
+        head = head or name == "lm_head.weight"
+        if tied and embedding is None and name.endswith("embed_tokens.weight"):
+            embedding = tensor.detach().clone()  # gathered for this yield only (ZeRO-3): kept for the head
+        yield name, tensor
+    if tied and not head and embedding is not None:
+        yield "lm_head.weight", embedding
 
 
 def reload_vllm_weights(generation) -> None:
     """Pushes the policy's current weights into a colocated vLLM engine through vLLM's `reload_weights` (the CPU
-    backend's path: it restores each layer's parameters, loads and repacks)."""
-    weights = policy_weights(generation)
+    backend's path: it restores each layer's parameters, loads and repacks), streamed: vLLM copies each weight as it
+    comes."""
     generation.llm.collective_rpc("reload_weights",
-                                  kwargs={"weights_iterator": iter(weights), "is_checkpoint_format": True})
+                                  kwargs={"weights_iterator": policy_weights(generation), "is_checkpoint_format": True})
     generation.llm.reset_prefix_cache()
+
+
+FILE_BUCKET_BYTES = 256 * 2**20  # weights written per safetensors file by the file push: bounds what is held at once
 
 
 def push_weights_through_files(generation, folder: Path) -> None:
     """Server mode without NCCL (vLLM's CPU build): every process walks the weights, the main one writes them as
-    safetensors into `folder` and asks the server to reload from there (`POST /collective_rpc reload_weights`, one
-    of vLLM's development endpoints, so the server runs with VLLM_SERVER_DEV_MODE=1), then resets its prefix cache.
-    The server must read `folder`: it runs on this machine or shares the file system."""
+    safetensors files of at most `FILE_BUCKET_BYTES` into `folder` and asks the server to reload from there
+    (`POST /collective_rpc reload_weights`, one of vLLM's development endpoints, so the server runs with
+    VLLM_SERVER_DEV_MODE=1), then resets its prefix cache. The server must read `folder`: it runs on this machine or
+    shares the file system."""
     from safetensors.torch import save_file
 
     if not generation.accelerator.is_main_process:
         for _ in generation._iter_named_params():  # take part in the gathers (ZeRO-3, FSDP)
             pass
         return
-    weights = policy_weights(generation)
-    save_file({name: tensor.contiguous() for name, tensor in weights}, str(folder / "model.safetensors"))
+    for old in folder.glob("*.safetensors"):
+        old.unlink()
+    bucket, size, files = {}, 0, 0
+    for name, tensor in policy_weights(generation):
+        bucket[name] = tensor.detach().contiguous().clone()
+        size += tensor.numel() * tensor.element_size()
+        if size >= FILE_BUCKET_BYTES:
+            files += 1
+            save_file(bucket, str(folder / f"model-{files:05d}.safetensors"))
+            bucket, size = {}, 0
+    if bucket:
+        save_file(bucket, str(folder / f"model-{files + 1:05d}.safetensors"))
     client = generation.vllm_client
     client._post(f"{client.base_url}/collective_rpc",
                  json={"method": "reload_weights", "kwargs": {"weights_path": str(folder)}})
@@ -280,6 +312,8 @@ class R1Trainer(ShardedAsLaunched, StopOnNonFiniteGradients, GRPOTrainer):
         with no_nccl_communicator() if cpu_server else contextlib.nullcontext(), authenticated_client(config):
             super().__init__(*args, **kwargs)
         self.vllm_start_seconds = time.monotonic() - start if self.use_vllm else None
+        if self.use_vllm:
+            walk_weights_by_layer(self.vllm_generation)  # every sync gathers one module at a time
         # On the CPU build, TRL's weight sync cannot run: colocated, it calls the vLLM model's `load_weights`, which
         # the CPU backend breaks (it repacks every linear layer's weight after loading and drops the parameter's
         # loader); in server mode it broadcasts over NCCL. Both go through vLLM's own `reload_weights` instead. The
