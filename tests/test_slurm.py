@@ -88,8 +88,9 @@ def test_dry_run_puts_two_training_nodes_and_a_vllm_node_on_three_nodes_with_no_
     # The trainers: one launcher per node on the other two, 16 processes, rendezvous on the first node's address.
     assert train[:6] == ["srun", "--nodes=2", "--ntasks=2", "--nodelist=n1,n2", "--export=ALL", "bash"]
     launch = shlex.split(train[7])
+    launch = launch[launch.index("exec"):]  # after finding the node's machine rank: its place in the training nodes
     assert launch[:8] == ["exec", "python", "-m", "r1kit", "launch", "accelerate", "launch", "--config_file"]
-    for option, value in [("--num_machines", "2"), ("--num_processes", "16"), ("--machine_rank", "$SLURM_PROCID"),
+    for option, value in [("--num_machines", "2"), ("--num_processes", "16"), ("--machine_rank", "$rank"),
                           ("--main_process_ip", "127.0.0.1"), ("--main_process_port", "29500"),
                           ("--rdzv_backend", "static"),
                           ("--vllm_mode", "server"), ("--vllm_server_host", "127.0.0.1"),
