@@ -24,8 +24,9 @@ class Unsupported(Exception):
 
 
 def full(tensor: torch.Tensor) -> torch.Tensor:
-    """The whole tensor: a DTensor's shards gathered (a collective), anything else as it is."""
-    return tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor
+    """The whole tensor, for reading: a DTensor's shards gathered (a collective), anything else as it is; no graph."""
+    with torch.no_grad():  # entered and left here: a generator must not leave grad mode off across its yields
+        return tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor.detach()
 
 
 def vllm_name(name: str, fix_name: Callable[[str], str]) -> str | None:
@@ -63,13 +64,15 @@ def merged_lora_weight(layer, gather) -> Iterator[tuple[str, torch.Tensor]]:
     base, lora_a, lora_b = layer.base_layer, layer.lora_A[adapter], layer.lora_B[adapter]
     params = [p for p in (base.weight, base.bias, lora_a.weight, lora_b.weight) if p is not None]
     with gather(params):
-        weight = full(base.weight).detach()
-        delta = full(lora_b.weight).detach().float() @ full(lora_a.weight).detach().float()
+        weight = full(base.weight)
+        delta = full(lora_b.weight).float() @ full(lora_a.weight).float()
         if layer.fan_in_fan_out:
             delta = delta.t()
-        yield "weight", weight + (delta * layer.scaling[adapter]).to(weight.dtype)
+        merged = weight + (delta * layer.scaling[adapter]).to(weight.dtype)
+        del weight, delta
+        yield "weight", merged
         if base.bias is not None:
-            yield "bias", full(base.bias).detach()
+            yield "bias", full(base.bias)
 
 
 def iter_layer_weights(model: torch.nn.Module, gather: Callable[[list], contextlib.AbstractContextManager] | None = None,
@@ -96,4 +99,4 @@ def iter_layer_weights(model: torch.nn.Module, gather: Callable[[list], contextl
             for param_name, param in own:
                 name = vllm_name(f"{module_name}.{param_name}" if module_name else param_name, fix_name)
                 if name is not None:
-                    yield name, full(param).detach()
+                    yield name, full(param)
