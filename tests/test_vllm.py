@@ -291,3 +291,40 @@ def server_recipe(tmp_path: Path, model: Path, data: Path, port: int, **keys) ->
                   vllm_server_host="127.0.0.1", vllm_server_port=port, vllm_server_timeout=30, torch_num_threads=1,
                   probe_rewards=False, **keys)
     return write_recipe(tmp_path, **recipe)
+
+
+@pytest.mark.parametrize("config", ["fsdp", "zero3"])
+def test_under_sharding_on_two_ranks_the_engines_and_heldout_follow_the_policy(tmp_path, vllm_model_dir, config):
+    """Colocated vLLM and the held-out callback on 2 ranks whose weights are sharded (FSDP2, ZeRO-3): every sync
+    gathers one module at a time (r1kit.weightsync) and each rank's engine then samples what the policy would."""
+    import shutil
+
+    if config == "zero3":
+        pytest.importorskip("deepspeed", reason="DeepSpeed not installed (r1kit[deepspeed])")
+    rows = [{"problem": f"{a}+{b}=", "solution": str(a + b), "flat": bool((a + b) % 3 == 0)}
+            for a in range(10) for b in range(4)]
+    data = tmp_path / "data"
+    data.mkdir()
+    for split, part in (("train", rows[:32]), ("test", rows[32:])):
+        (data / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in part))
+    out = tmp_path / "out"
+    recipe = write_recipe(
+        tmp_path, model_name_or_path=str(vllm_model_dir), dataset_name=str(data), dataset_prompt_column="problem",
+        reward_funcs=["tests.rewards_for_tests:flat_or_length"], num_generations=4, per_device_train_batch_size=4,
+        max_completion_length=12, learning_rate=1e-2, output_dir=str(out), report_to="none", logging_steps=1,
+        save_strategy="no", use_vllm=True, vllm_mode="colocate", vllm_max_model_length=128, bf16=False,
+        torch_num_threads=1, seed=0, max_steps=3, probe_rewards=False, callbacks=["heldout_accuracy"],
+        heldout_size=4, heldout_eval_steps=2)
+    accelerate = shutil.which("accelerate") or str(Path(sys.executable).with_name("accelerate"))
+    env = {k: v for k, v in process_env().items() if not k.startswith(("ACCELERATE_", "FSDP_"))}
+    done = subprocess.run(
+        [accelerate, "launch", "--config_file", str(ROOT / "recipes" / "accelerate_configs" / f"{config}.yaml"),
+         "--num_processes", "2", "--mixed_precision", "no", "--main_process_port", "0", "-m", "r1kit.grpo",
+         "--config", str(recipe)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    assert ("FSDP2" if config == "fsdp" else "ZeRO-3") + " on 2 processes" in done.stdout + done.stderr
+    steps = [e for e in json.loads((out / "trainer_state.json").read_text())["log_history"] if "loss" in e]
+    assert [s["step"] for s in steps] == [1, 2, 3]
+    assert_engine_follows_the_policy(steps)
+    heldout = [json.loads(line) for line in (out / "heldout_accuracy.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in heldout] == [0, 2, 3] and all(r["n"] == 4 for r in heldout)
