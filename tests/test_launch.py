@@ -147,3 +147,16 @@ def test_r1kit_launch_accelerate_exits_75_on_repeated_signals_to_every_process(t
         launch.signal_all()
     assert_interrupted(launch.finish(), launch.log, out)
     assert "Traceback" not in launch.log  # (accelerate launch alone: exit 143)
+
+
+def test_a_launcher_that_fails_before_its_workers_run_says_why_in_one_line(capsys):
+    """A rendezvous port in use, say: the launcher raises before any worker starts, and a bare exit 1 would say
+    nothing (found running the Slurm tests)."""
+    from r1kit.launch import caught
+
+    def port_taken():
+        raise ConnectionError("port 29500 is in use")
+
+    assert caught(port_taken) == 1
+    err = capsys.readouterr().err
+    assert "before its workers ran" in err and "port 29500 is in use" in err and len(err.strip().splitlines()) == 1

@@ -41,7 +41,7 @@ from r1kit.console import (
     add_pass_through_command,
     say,
 )
-from r1kit.errors import ConfigError
+from r1kit.errors import ConfigError, one_line
 
 SHUTDOWN_GRACE = "600"  # seconds torch's agent lets signalled workers take (its own default, 30, is too short to save)
 # Launchers r1kit knows how to find next to this Python when they are not on PATH.
@@ -171,8 +171,12 @@ def caught(run) -> int:
         run()
     except SystemExit as e:
         return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-    except Exception:  # noqa: BLE001 - a worker's failure, as the launcher raises it (ChildFailedError): the workers'
-        return 1  # own codes say more
+    except Exception as e:  # noqa: BLE001 - a worker's failure, as the launcher raises it (ChildFailedError): the
+        # workers' own codes say more. Anything else (a rendezvous port in use, a bad flag) failed before any worker
+        # ran: said in one line, or the run would end with exit 1 and nothing printed.
+        if type(e).__name__ != "ChildFailedError":
+            say(f"r1kit launch: the launcher failed before its workers ran: {one_line(e)}")
+        return 1
     return 0
 
 
