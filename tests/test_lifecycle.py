@@ -55,6 +55,14 @@ class Command:
             assert time.monotonic() < deadline, f"no {text!r} within {seconds} s:\n{self.log[-3000:]}"
             time.sleep(0.01)
 
+    def wait_for_path(self, path: Path, seconds: float = STARTUP_SECONDS) -> None:
+        """Until `path` exists (a file the run writes: an event, not a guess at how long a step takes)."""
+        deadline = time.monotonic() + seconds
+        while not path.exists():
+            assert self.proc.poll() is None, f"ended (exit {self.proc.returncode}) before {path}:\n{self.log[-3000:]}"
+            assert time.monotonic() < deadline, f"no {path} within {seconds} s:\n{self.log[-3000:]}"
+            time.sleep(0.01)
+
     def finish(self, seconds: float = 300) -> int:
         """The exit code, waiting at most `seconds` (then the process is killed and the test fails)."""
         try:
@@ -227,13 +235,19 @@ def test_more_sigterms_right_after_the_save_keep_exit_75(tmp_path, tiny_model_di
 # --------------------------------------------------------------------------------------------------------------------
 @pytest.mark.slow
 def test_a_second_run_into_a_busy_output_dir_is_refused_and_a_deleted_folder_stops_the_first(
-        tmp_path, tiny_model_dir, math_jsonl):
-    out = tmp_path / "out"
-    path = write_recipe(tmp_path, **tiny_recipe(tiny_model_dir, math_jsonl, out, max_steps=50, save_steps=1000,
-                                                reward_funcs=["tests.rewards_for_tests:slow_length_variety"]))
+        tmp_path, tiny_model_dir, math_jsonl, monkeypatch):
+    """The first run waits in step 2's reward (a gate, not a race with the clock: on a busy machine it used to finish
+    all its steps before the second run had started) until the second run has been refused and the folder moved."""
+    out, gate = tmp_path / "out", tmp_path / "gate"
+    gate.mkdir()
+    monkeypatch.setenv("R1KIT_TEST_GATE", str(gate))
+    monkeypatch.setenv("R1KIT_TEST_GATE_AT", "2")
+    path = write_recipe(tmp_path, **tiny_recipe(tiny_model_dir, math_jsonl, out, max_steps=4, save_steps=1000,
+                                                reward_funcs=["tests.rewards_for_tests:gated_length_variety"]))
     first = Command("grpo", path)
     try:
-        first.wait_for("{'loss'")
+        first.wait_for_path(gate / "waiting-0")
+        monkeypatch.delenv("R1KIT_TEST_GATE")  # the second run must not wait at the gate
         code, log = run_to_end("grpo", path, seconds=STARTUP_SECONDS)
         errors = [line for line in log.splitlines() if "r1kit: error:" in line]
         assert code == 2 and len(errors) == 1, log[-3000:]
@@ -243,6 +257,7 @@ def test_a_second_run_into_a_busy_output_dir_is_refused_and_a_deleted_folder_sto
         # The folder vanishes mid-run (moved away: atomic, while the run writes into it): an error at the next step
         # end, not a silent success into a folder made again.
         out.rename(tmp_path / "gone")
+        (gate / "go").touch()
         code = first.finish()
     finally:
         first.kill()

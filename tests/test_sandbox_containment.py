@@ -578,33 +578,6 @@ def test_every_address_family_but_unix_is_refused(host):
 # --------------------------------------------------------------------------------------------------------------------
 # 12. A program cannot take its siblings' CPU: one session per jail, a test's CPU summed over its processes
 # --------------------------------------------------------------------------------------------------------------------
-SABOTEUR = textwrap.dedent("""
-    import os, time
-    print("ok", flush=True)
-    for _ in range(60):
-        if os.fork() == 0:
-            try:
-                os.setsid()  # a session of its own would be a scheduling group of its own
-            except OSError:
-                pass
-            end = time.time() + 1.0
-            while time.time() < end:
-                pass
-            os._exit(0)
-    time.sleep(1.1)
-""")
-HONEST_CPU = textwrap.dedent("""
-    import time
-    start = time.process_time()
-    while time.process_time() - start < 0.5:
-        pass
-    print("ok")
-""")
-
-
-BENIGN_BUSY = "import time\nend = time.time() + 1.0\nwhile time.time() < end:\n    pass\nprint('ok')\n"
-
-
 def test_every_process_of_a_jail_shares_one_session(host):
     """The scheduler's autogroups are sessions: a child that could call setsid() would get a CPU share of its own."""
     code = textwrap.dedent("""
@@ -624,27 +597,41 @@ def test_every_process_of_a_jail_shares_one_session(host):
     assert result.stdout.split() == ["PermissionError", "True", "1"], result.stdout + result.stderr
 
 
-@pytest.mark.slow
-def test_a_program_with_busy_children_does_not_fail_its_sibling(host):
-    """Before: next to 60 busy setsid() children an honest sibling passed 2 tests of 6 here, while the saboteur
-    passed. Now it fares as it does next to a sibling with one busy process (other work shares these cores, so the
-    two are compared, not pinned)."""
-    provider = get_provider("local", num_parallel=2)
+BUSY_CHILDREN = textwrap.dedent("""
+    import os
+    mine = open("/proc/self/autogroup").read().split()[0]
+    notes = []
+    for _ in range(60):
+        read, write = os.pipe()
+        if os.fork() == 0:
+            try:
+                os.setsid()  # a session of its own would be a scheduling group of its own
+                outcome = "own-session"
+            except OSError:
+                outcome = "refused"
+            group = open("/proc/self/autogroup").read().split()[0]
+            os.write(write, f"{outcome} {group == mine}".encode())
+            os._exit(0)
+        os.close(write)
+        notes.append(os.read(read, 64).decode())
+        os.close(read)  # the jail's open-file limit is small
+        os.wait()
+    print(len(notes), notes.count("refused True"))
+""")
 
-    def honest_passes(neighbour: str) -> int:
-        passes = 0
-        for _ in range(3):
-            other = Program(neighbour, inputs=[""] * 2, expected=["ok\n"] * 2, time_limit=2)
-            fair = Program(HONEST_CPU, inputs=[""] * 2, expected=["ok\n"] * 2, time_limit=2)
-            passes += sum(r.passed for r in provider.execute([other, fair])[1])
-        return passes
 
-    assert honest_passes(SABOTEUR) >= honest_passes(BENIGN_BUSY) - 1
+def test_sixty_busy_children_all_stay_in_the_jails_scheduling_group(host):
+    """What keeps a program with many busy children from starving its sibling: none of them gets a session, so a
+    CPU share, of its own (counted, child by child). How the two siblings then fare under load is a benchmark
+    (benchmarks/sandbox_fairness.py), not a test: it depends on what else the machine runs."""
+    (result,) = run(BUSY_CHILDREN, time_limit=30)
+    assert result.stdout.split() == ["60", "60"], result.stdout + result.stderr
 
 
 def test_cpu_time_of_every_process_of_a_test_counts(host):
-    """8 busy children, each noting its CPU time in the jail's /tmp (which outlives a test): together they get the
-    test's time limit of CPU, not 8 x (or cores x) it."""
+    """8 busy children, each noting its CPU time in the jail's /tmp (which outlives a test): together they get at most
+    the test's time limit of CPU, not 8 x (or cores x) it. How much they get below it depends on what else the
+    machine runs (0.46 s of 2 s on a loaded one), so only the cap and the notes of all 8 are asserted."""
     burn = textwrap.dedent("""
         import os, time
         for _ in range(8):
@@ -657,13 +644,15 @@ def test_cpu_time_of_every_process_of_a_test_counts(host):
                         pass
         os.wait()
     """)
-    total = 'import glob\nprint(sum(float(open(p).read() or 0) for p in glob.glob("/tmp/cpu-*")))'
+    total = ('import glob\nnotes = glob.glob("/tmp/cpu-*")\n'
+             'print(len(notes), sum(float(open(p).read() or 0) for p in notes))')
     provider = get_provider("local", num_parallel=1)
     program = Program(f"import sys\nif sys.stdin.read() == 'burn':\n{textwrap.indent(burn, '    ')}\nelse:\n"
                       f"{textwrap.indent(total, '    ')}", inputs=["burn", "sum"], time_limit=2.0)
     burnt, summed = provider.execute([program])[0]
     assert burnt.status == TIME_LIMIT and summed.status == PASSED, summed.stderr
-    assert 0.5 < float(summed.stdout) <= 2.0 + 0.3  # without the cap: up to cores x 2 s
+    notes, seconds = summed.stdout.split()
+    assert notes == "8" and 0 < float(seconds) <= 2.0 + 0.3  # without the cap: up to cores x 2 s
 
 
 # --------------------------------------------------------------------------------------------------------------------
