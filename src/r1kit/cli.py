@@ -11,6 +11,7 @@ import importlib
 import sys
 
 from r1kit import __version__
+from r1kit.config.keys import precheck  # no TRL: r1kit --help stays instant
 from r1kit.console import (
     TRAINING_COMMANDS,
     ArgumentParser,
@@ -36,6 +37,7 @@ COMMANDS = {  # name: (module, one line for the usage)
     "vllm-serve": ("r1kit.vllm_serve", "a vLLM server for vllm_mode: server, on CPU too: r1kit vllm-serve --model MODEL"),
     "launch": ("r1kit.launch", "several processes with r1kit's exit codes: r1kit launch torchrun --nproc_per_node 8 "
                "-m r1kit grpo ...\n                 (or r1kit grpo --world-size N on this machine)"),
+    "keys": ("r1kit.config.keys", "every recipe key with its type, default and one line: r1kit keys [grpo|sft] [WORD]"),
     "report": ("r1kit.report", "draw a run's curves: r1kit report OUTPUT_DIR (writes OUTPUT_DIR/report.png)"),
 }
 USAGE = "usage: r1kit <command> [options]\n\ncommands:\n" + "\n".join(
@@ -62,6 +64,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(argv: list[str]) -> int:
+    if argv[0] in TRAINING_COMMANDS:  # -h and the mistakes that need no TRL answer before its import (30-50 s loaded)
+        if precheck(argv[0], argv[1:]):
+            return 0
     module = importlib.import_module(COMMANDS[argv[0]][0])
     parser = ArgumentParser(prog="r1kit")
     module.add_parser(parser.add_subparsers())

@@ -36,6 +36,7 @@ from transformers.trainer_callback import ProgressCallback
 from r1kit import data, launch, preflight, probes
 from r1kit import run as runs
 from r1kit.callbacks import CompactProgressCallback, EvaluateBenchmarksCallback, HeldOutAccuracyCallback, get_callbacks
+from r1kit.config.keys import usage
 from r1kit.config.recipe import DEFAULT_RECIPE, GRPO_TYPES, loader_variables_line, run_recipe_command
 from r1kit.config.schema import GRPOConfig, GRPOScriptArguments, ModelConfig
 from r1kit.console import add_pass_through_command
@@ -309,14 +310,6 @@ def dry_run(script_args: GRPOScriptArguments, training_args: GRPOConfig, model_a
 # --------------------------------------------------------------------------------------------------------------------
 # The command: r1kit grpo [--config recipe.yaml] [--dry-run [--world-size N]] [--key value ...]
 # --------------------------------------------------------------------------------------------------------------------
-HELP = __doc__.strip() + """
-
-Every field of GRPOScriptArguments, GRPOConfig and TRL's ModelConfig is a --flag that overrides the recipe
-(no --config: the embedded demo recipe). --dry-run validates the recipe (keys, cross-field rules, local dataset
-columns) and prints it; add --world-size N to check it as launched on N processes. Without --dry-run,
---world-size N trains on N processes of this machine (r1kit launch)."""
-
-
 def add_parser(subparsers):
     """Adds `grpo` to the `r1kit` command."""
     return add_pass_through_command(subparsers, "grpo", "train with GRPO from a recipe", run)
@@ -327,7 +320,7 @@ def run(args) -> int:
     processes, argv = launch.world_size(args.argv)
     if processes > 1:  # --world-size N: N processes of this machine, through r1kit launch
         return launch.local("grpo", argv, processes)
-    return run_recipe_command(argv, HELP, GRPO_TYPES, dry_run, train_and_report, default_config=DEFAULT_RECIPE)
+    return run_recipe_command(argv, usage("grpo"), GRPO_TYPES, dry_run, train_and_report, default_config=DEFAULT_RECIPE)
 
 
 def train_and_report(script_args: GRPOScriptArguments, training_args: GRPOConfig, model_args: ModelConfig) -> int:

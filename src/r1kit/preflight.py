@@ -39,7 +39,7 @@ from r1kit.config.schema import (
 from r1kit.errors import ConfigError
 from r1kit.hub import check_hub_push
 from r1kit.machine import has_cuda, installed, vllm_is_cpu_build
-from r1kit.rewards import check_reward_names
+from r1kit.rewards import check_reward_names, resolve_import_path
 from r1kit.rewards.code import check_code_execution, check_code_rows
 from r1kit.rewards.gym import check_gym_scoring
 from r1kit.sharding import check_launch
@@ -88,6 +88,9 @@ def check_rules(script_args: GRPOScriptArguments, training_args: GRPOConfig, mod
     except whether a jail can run (the sandbox rewards need one)."""
     names = script_args.reward_funcs
     check_reward_names(names)
+    for name in names:
+        if ":" in name:  # a user's reward: one line now if it cannot be imported, not a traceback after the model
+            resolve_import_path(name)
     weights = training_args.reward_weights
     if weights is not None and len(weights) != len(names):
         raise ConfigError(

@@ -31,7 +31,8 @@ from datasets import Dataset
 from r1kit import data, launch, preflight, records
 from r1kit import run as runs
 from r1kit.callbacks import EvaluateBenchmarksCallback, HeldOutAccuracyCallback, get_callbacks
-from r1kit.config.recipe import run_recipe_command
+from r1kit.config.keys import usage
+from r1kit.config.recipe import SFT_TYPES, run_recipe_command
 from r1kit.config.schema import ModelConfig, SFTConfig, SFTScriptArguments
 from r1kit.console import add_pass_through_command
 from r1kit.errors import ConfigError
@@ -41,7 +42,6 @@ from r1kit.tasks import addition_problems, sft_rows
 from r1kit.trainer import R1SFTTrainer
 
 logger = logging.getLogger(__name__)
-SFT_TYPES = (SFTScriptArguments, SFTConfig, ModelConfig)
 CHATML = ("{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>'"
           " + '\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
 
@@ -173,7 +173,7 @@ def run(args) -> int:
     processes, argv = launch.world_size(args.argv)
     if processes > 1:  # --world-size N: N processes of this machine, through r1kit launch
         return launch.local("sft", argv, processes)
-    return run_recipe_command(argv, __doc__.strip(), SFT_TYPES, dry_run, train_and_report)
+    return run_recipe_command(argv, usage("sft"), SFT_TYPES, dry_run, train_and_report)
 
 
 def train_and_report(script_args: SFTScriptArguments, training_args: SFTConfig, model_args: ModelConfig) -> int:

@@ -19,17 +19,27 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import difflib
+import json
 import logging
 import os
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from trl import TrlParser
 
+from r1kit.config.command import (  # noqa: F401 (CommandLine, env_block, load_recipe: read from here too)
+    DEFAULT_RECIPE,
+    CommandLine,
+    check_choice,
+    env_block,
+    load_recipe,
+    split_command_line,
+    unknown_key_error,
+)
 from r1kit.config.compat import (
     DEFAULTS_CHOICES,
     OPEN_R1_DEFAULTS,
@@ -38,23 +48,24 @@ from r1kit.config.compat import (
     needs_migration,
     warn_moved_defaults,
 )
+from r1kit.config.keys import CATALOGUE_FILE
 from r1kit.config.schema import (
     GRPOConfig,
     GRPOScriptArguments,
     ModelConfig,
-    check_choice,
+    SFTConfig,
+    SFTScriptArguments,
     check_generation_batch,
 )
-from r1kit.config.yaml_limits import MAX_DOCUMENT_CHARS, load_yaml
+from r1kit.config.yaml_limits import load_yaml
 from r1kit.console import shape_warnings
-from r1kit.credentials import RECIPE_FORBIDDEN_ENV, redact, seal
+from r1kit.credentials import redact, seal
 from r1kit.errors import ConfigError, one_line
 
-DEFAULT_RECIPE = Path(__file__).parent.parent / "recipes" / "demo_grpo.yaml"
 GRPO_TYPES = (GRPOScriptArguments, GRPOConfig, ModelConfig)
+SFT_TYPES = (SFTScriptArguments, SFTConfig, ModelConfig)
 logger = logging.getLogger(__name__)
 
-ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # Variables that decide which code a process loads: the dynamic linker's, the interpreters' and the shells' start-up
 # hooks, and PATH (which executable a bare name runs: bwrap, g++, sbatch).
 LOADER_VARIABLES = {"PATH", "PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE", "PYTHONPLATLIBDIR",
@@ -65,73 +76,8 @@ APPLIED_LOADER_VARIABLES: list[str] = []  # those the recipe of this process set
 
 
 # --------------------------------------------------------------------------------------------------------------------
-# r1kit's own flags
+# The recipe file, parsed
 # --------------------------------------------------------------------------------------------------------------------
-@dataclass
-class CommandLine:
-    """A recipe command's line, split: r1kit's own flags, and the rest (the recipe's `--key value` overrides).
-
-    Args:
-        config (`str` or `None`): `--config PATH`, else the command's default recipe (None: none).
-        defaults (`str` or `None`): `--defaults trl | open-r1`.
-        dry_run (`bool`): `--dry-run`: check the recipe, load no model.
-        world_size (`int` or `None`): `--world-size N` (with `--dry-run`): check the recipe as launched on N processes.
-        help (`bool`): `-h` / `--help`.
-        overrides (`list[str]`): everything else, in order.
-    """
-
-    config: str | None = None
-    defaults: str | None = None
-    dry_run: bool = False
-    world_size: int | None = None
-    help: bool = False
-    overrides: list[str] = field(default_factory=list)
-
-
-class _OwnFlags(argparse.ArgumentParser):
-    def error(self, message: str):
-        raise ConfigError(message)
-
-
-def split_command_line(argv: list[str], default_config: str | os.PathLike | None = None) -> CommandLine:
-    """Takes r1kit's own flags out of `argv`; the rest stay, in order, for the recipe parser."""
-    parser = _OwnFlags(add_help=False, allow_abbrev=False)
-    parser.add_argument("--config", default=None)
-    parser.add_argument("--defaults", default=None)
-    parser.add_argument("--dry-run", action="store_true")
-    parser.add_argument("--world-size", default=None)
-    parser.add_argument("-h", "--help", action="store_true")
-    own, rest = parser.parse_known_args(argv)
-    if own.world_size is not None and (not own.dry_run or not own.world_size.isdigit() or int(own.world_size) < 1):
-        raise ConfigError("--world-size N (a positive number) goes with --dry-run")
-    if own.defaults is not None:
-        check_choice("defaults", own.defaults, DEFAULTS_CHOICES)
-    config = own.config if own.config is not None else (str(default_config) if default_config else None)
-    return CommandLine(config, own.defaults, own.dry_run, int(own.world_size) if own.world_size else None, own.help,
-                       rest)
-
-
-# --------------------------------------------------------------------------------------------------------------------
-# The recipe file
-# --------------------------------------------------------------------------------------------------------------------
-def load_recipe(path: str | os.PathLike) -> dict[str, Any]:
-    """Reads a recipe YAML into a mapping (the `env:` block included), within the bounds of `yaml_limits` (read at
-    most one character past them: `--config /dev/zero` is refused, not read for ever)."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read(MAX_DOCUMENT_CHARS + 1)
-    except FileNotFoundError:
-        raise ConfigError(f"--config: recipe not found: {path}") from None
-    except OSError as e:
-        raise ConfigError(f"--config: cannot read the recipe {path}: {e.strerror or e}") from None
-    except UnicodeDecodeError as e:
-        raise ConfigError(f"--config: recipe {path} is not UTF-8 text ({one_line(e)})") from None
-    config = load_yaml(text, f"--config: recipe {path}") or {}
-    if not isinstance(config, dict):
-        raise ConfigError(f"recipe {path} must contain a YAML mapping of keys to values")
-    return config
-
-
 @dataclass
 class ParsedRecipe:
     """A recipe turned into its dataclasses.
@@ -145,27 +91,6 @@ class ParsedRecipe:
     args: tuple
     env: dict[str, str]
     explicit: set[str]
-
-
-def env_block(config: dict[str, Any]) -> dict[str, str]:
-    """A recipe mapping's `env:` block, as strings (empty without one). Values are strings (a number is taken as its
-    text); a list, a mapping, true/false or an empty value is refused: the environment holds text only."""
-    env = config.get("env") or {}
-    if not isinstance(env, dict):
-        raise ConfigError("`env:` in a recipe must be a mapping of variable names to values")
-    out = {}
-    for name, value in env.items():
-        if not isinstance(name, str) or not ENV_NAME.fullmatch(name):
-            raise ConfigError(f"env: {name!r} is not a variable name (letters, digits and _, no digit first)")
-        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-            raise ConfigError(f"env: {name} takes a string, got {type(value).__name__}; quote it ({name}: '...')")
-        if "\0" in str(value):
-            raise ConfigError(f"env: {name} holds a NUL character, which no environment variable can")
-        if name in RECIPE_FORBIDDEN_ENV:
-            raise ConfigError(f"env: {name} is a secret, and a recipe is shared: export it in the shell instead, or "
-                              f"name a file that holds it ({RECIPE_FORBIDDEN_ENV[name]})")
-        out[name] = str(value)
-    return out
 
 
 def apply_env(env: dict[str, str]) -> None:
@@ -227,12 +152,6 @@ def _make_parser(dataclass_types: tuple) -> _StrictParser:
     return parser
 
 
-def _unknown_key_error(key: str, known: set[str], where: str) -> ConfigError:
-    matches = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.6)
-    hint = f"; did you mean '{matches[0]}'?" if matches else ""
-    return ConfigError(f"unknown key '{key}' {where}{hint}")
-
-
 def _normalise_yaml(config: dict[str, Any], known: set[str], seen: set[str], path: str,
                     actions: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
@@ -246,7 +165,7 @@ def _normalise_yaml(config: dict[str, Any], known: set[str], seen: set[str], pat
         if key is None:
             continue
         if key not in known:
-            raise _unknown_key_error(key, known, f"in {path}")
+            raise unknown_key_error(key, known, f"in {path}")
         out[key] = _check_yaml_value(key, value, actions[key], path) if key in actions else value
     return out
 
@@ -296,10 +215,32 @@ def _normalise_cli(args: list[str], known: set[str], options: set[str], seen: se
                 continue
             token = f"--{new}{eq}{value}"
         elif token.split("=")[0] not in options:
-            raise _unknown_key_error(name, known, "on the command line")
+            raise unknown_key_error(name, known, "on the command line")
         out.append(token)
         i += 1
     return out
+
+
+def _null_overrides(args: list[str], dataclass_types: tuple) -> tuple[list[str], dict[str, None]]:
+    """`args` without the `--key null` / `--key=null` pairs, and those keys mapped to None. A key whose field cannot
+    be None is refused in one line."""
+    fields_ = {f.name: f for kind in dataclass_types for f in dataclasses.fields(kind)}
+    out, nulls, i = [], {}, 0
+    while i < len(args):
+        name, eq, value = args[i][2:].partition("=") if args[i].startswith("--") else ("", "", "")
+        if not eq and name and i + 1 < len(args):
+            value = args[i + 1]
+        key = name.replace("-", "_")
+        if key in fields_ and value in ("null", "~"):
+            f = fields_[key]
+            if f.default is not None and "None" not in str(f.type):
+                raise ConfigError(f"--{name} null: {key} cannot be None (it takes {_type_name(f.type)})")
+            nulls[key] = None
+            i += 1 if eq else 2
+            continue
+        out.append(args[i])
+        i += 1
+    return out, nulls
 
 
 def _stray_words(args: list[str]) -> list[str]:
@@ -351,8 +292,9 @@ def parse_recipe(command: CommandLine, dataclass_types: tuple = GRPO_TYPES, worl
         recipe = _normalise_yaml(config, known, seen, str(command.config), actions)
         explicit |= set(recipe)
         parser.set_defaults_with_config(**recipe)
-    args = _normalise_cli(command.overrides, known, options, seen)
-    explicit |= {token[2:].partition("=")[0].replace("-", "_") for token in args if token.startswith("--")}
+    args, nulls = _null_overrides(_normalise_cli(command.overrides, known, options, seen), dataclass_types)
+    parser.set_defaults(**nulls)  # `--key null`: None, as `key: null` in the file (argparse would pass "null" on)
+    explicit |= {token[2:].partition("=")[0].replace("-", "_") for token in args if token.startswith("--")} | set(nulls)
     if defaults is not None:
         check_choice("defaults", defaults, DEFAULTS_CHOICES)
     if defaults == "open-r1":  # the values Open-R1 trained with, for every field the recipe leaves unset
@@ -415,3 +357,64 @@ def run_recipe_command(argv: list[str], help_text: str, dataclass_types: tuple, 
         print(redact(dry_run(*parsed.args)))
         return 0
     return run(*parsed.args)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The key catalogue (r1kit.config.keys reads it without TRL)
+# --------------------------------------------------------------------------------------------------------------------
+def key_catalogue() -> dict:
+    """Every key of `r1kit grpo` and `r1kit sft` with its type, default and first sentence of help, read from the
+    schema's dataclasses (TRL's and transformers' fields included), and the versions they came from."""
+    return {"versions": {p: metadata.version(p) for p in ("transformers", "trl")},
+            "commands": {"grpo": _key_entries(GRPO_TYPES), "sft": _key_entries(SFT_TYPES)}}
+
+
+def write_key_catalogue() -> Path:
+    """Writes `key_catalogue()` to r1kit/config/keys.json (after a schema change; tests/test_keys.py says when)."""
+    CATALOGUE_FILE.write_text(json.dumps(key_catalogue(), indent=1) + "\n")
+    return CATALOGUE_FILE
+
+
+def _key_entries(dataclass_types: tuple) -> list[dict]:
+    entries, seen = [], set()
+    for kind in dataclass_types:
+        for f in dataclasses.fields(kind):
+            if f.init and f.name not in seen:
+                seen.add(f.name)
+                entries.append({"name": f.name, "type": _type_name(f.type), "default": _plain_default(f),
+                                "help": _first_sentence(f.metadata.get("help", ""))})
+    return entries
+
+
+def _type_name(hint: Any) -> str:
+    text = hint if isinstance(hint, str) else hint.__name__ if isinstance(hint, type) else str(hint)
+    text = re.sub(r"<class '([\w.]+)'>", r"\1", text).replace("NoneType", "None")
+    text = re.sub(r"\b(?:\w+\.)+(\w+)", r"\1", text)  # transformers.trainer_utils.SaveStrategy: SaveStrategy
+    optional = re.fullmatch(r"Optional\[(.*)\]", text)
+    return f"{optional[1]} | None" if optional else text
+
+
+def _plain_default(f: dataclasses.Field) -> Any:
+    if f.default is not dataclasses.MISSING:
+        value = f.default
+    elif f.default_factory is not dataclasses.MISSING:
+        value = f.default_factory()
+    else:
+        return "required"
+    value = getattr(value, "value", value)  # an enum member: its value
+    return value if isinstance(value, (str, int, float, bool, type(None), list, dict)) and _json_safe(value) \
+        else str(value)
+
+
+def _json_safe(value: Any) -> bool:
+    try:
+        json.dumps(value)
+        return True
+    except (TypeError, ValueError):
+        return False
+
+
+def _first_sentence(text: str) -> str:
+    text = " ".join(str(text).split())
+    match = re.match(r"(.+?[.!?])(\s|$)", text)
+    return match[1] if match else text

@@ -13,25 +13,39 @@ into these classes is `r1kit.config.recipe`'s job; Open-R1's renamed keys and mo
 
 from __future__ import annotations
 
-import difflib
-import functools
-import inspect
-import re
-import typing
-import warnings
 from dataclasses import dataclass, field, fields
-from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import trl
 import trl.trainer.model_config
 from trl import ScriptArguments
 
+from r1kit.config.checks import (  # noqa: F401 (read from here too)
+    check_chat_template,
+    check_generation_batch,
+    check_literal_fields,
+    check_range,
+    check_trl_choice,
+    literal_fields,
+    trl_choices,
+)
+from r1kit.config.command import check_choice  # noqa: F401 (read from here too)
+from r1kit.config.datafields import (  # noqa: F401 (read from here too)
+    DataFields,
+    DatasetConfig,
+    DatasetMixtureConfig,
+    parse_dataset_mixture,
+)
+from r1kit.config.runfields import (  # noqa: F401 (read from here too)
+    REPORT_TO_PACKAGES,
+    RunFields,
+    apply_machine_defaults,
+    check_deepspeed_field,
+    check_report_to,
+    report_to_integrations,
+)
 from r1kit.config.yaml_limits import load_yaml
-from r1kit.contract import ResumeFields
-from r1kit.credentials import SealedFields
-from r1kit.errors import ConfigError, ConfigWarning
-from r1kit.machine import has_cuda, installed
+from r1kit.errors import ConfigError
 from r1kit.rewards.competitive import IoiProviderName, ScoringMode
 from r1kit.rewards.format import RepetitionLanguage, check_repetition_params
 from r1kit.rewards.gym import AnswerMode
@@ -39,245 +53,9 @@ from r1kit.rewards.math import check_cosine_bounds
 from r1kit.rewards.verify import DEFAULT_TIMEOUT
 from r1kit.sandbox import ProviderName
 from r1kit.second_opinion import KINDS
-from r1kit.sharding import apply_launch_defaults
 from r1kit.tripwires import parse_tripwires
 
 TRAINING_PASSES = ("auto", "dense", "bucketed", "packed", "packed_flex")  # r1kit.passchoice
-
-# --------------------------------------------------------------------------------------------------------------------
-# Checks a dataclass runs on its own fields
-# --------------------------------------------------------------------------------------------------------------------
-def check_choice(name: str, value: Any, choices: tuple[str, ...] | list[str], also: str = "") -> None:
-    """Raises a `ConfigError` naming the field, the valid values and the nearest one when `value` is not a choice."""
-    if value in choices:
-        return
-    near = difflib.get_close_matches(str(value), [str(c) for c in choices], n=1, cutoff=0.6)
-    hint = f" (did you mean '{near[0]}'?)" if near else ""
-    raise ConfigError(
-        f"{name}: {value!r} is not valid; use one of {', '.join(map(str, choices))}{' ' + also if also else ''}{hint}"
-    )
-
-
-def check_range(obj: Any, rules: list[tuple[str, str, Any]]) -> None:
-    """Checks numeric fields: each rule is (field, comparison, bound), comparisons `>=`, `>` and `<=`; a `None` value
-    (meaning "default") passes."""
-    compare = {">=": lambda v, b: v >= b, ">": lambda v, b: v > b, "<=": lambda v, b: v <= b}
-    for name, op, bound in rules:
-        value = getattr(obj, name)
-        if value is None or isinstance(value, bool):
-            continue
-        if not isinstance(value, (int, float)):
-            raise ConfigError(f"{name} must be a number, got {value!r}")
-        if not compare[op](value, bound):
-            raise ConfigError(f"{name} must be {op} {bound}, got {value}")
-
-
-def check_literal_fields(obj: Any) -> None:
-    """Every `Literal`-typed field of `obj` holds one of its choices (the parser checks recipes and flags; this also
-    covers a dataclass built in Python)."""
-    for name, choices in literal_fields(type(obj)).items():
-        if getattr(obj, name, None) is not None:
-            check_choice(name, getattr(obj, name), choices)
-
-
-@functools.cache
-def literal_fields(kind: type) -> dict[str, tuple]:
-    """The fields of `kind` whose type is a closed set of `Literal` values (None allowed), with their choices; read
-    once per class (resolving the type hints of TRL's 200 fields is not free)."""
-    fields_ = {}
-    for name, hint in typing.get_type_hints(kind).items():
-        members = [hint] if typing.get_origin(hint) is Literal else list(typing.get_args(hint))
-        members = [m for m in members if m is not type(None)]
-        # Only a closed set: a field that also takes free values (transformers' `str | None | Literal[False]`) is not.
-        if members and all(typing.get_origin(m) is Literal for m in members):
-            fields_[name] = tuple(c for m in members for c in typing.get_args(m))
-    return fields_
-
-
-@functools.cache
-def trl_choices(name: str, config: type = trl.GRPOConfig) -> tuple[str, ...]:
-    """The values TRL documents for its string field `name` (TRL checks several of them only at the first training
-    step): the quoted values that open the bullets under the field in the class docstring, else the quoted values of
-    its first sentence. Empty when TRL's docstring no longer says (then TRL's own check is the only one);
-    tests/test_trl_internals.py pins what r1kit reads here."""
-    doc = inspect.getdoc(config) or ""
-    block = re.search(rf"^(\s*){name} \(.*?\):\n(.*?)(?=^\1\S|\Z)", doc, re.S | re.M)
-    if block is None:
-        return ()
-    bullets = re.findall(r"^\s*- (.*?):", block[2], re.M)
-    values = [v for bullet in bullets for v in re.findall(r'`"(\w+)"`', bullet)]
-    if not values:
-        first_sentence = re.split(r"\.\s", " ".join(block[2].split()), maxsplit=1)[0]
-        values = re.findall(r'`"(\w+)"`', first_sentence)
-    return tuple(dict.fromkeys(values))
-
-
-def check_trl_choice(obj: Any, name: str, also: str = "") -> None:
-    """`obj.<name>` is one of the values TRL's `GRPOConfig` documents for it (no check when TRL no longer says)."""
-    choices = trl_choices(name)
-    if choices:
-        check_choice(name, getattr(obj, name), choices, also)
-
-
-def check_chat_template(template: Any, field_name: str = "chat_template") -> None:
-    """A chat template must be Jinja that compiles (transformers would fail at the first prompt, mid-start)."""
-    import jinja2
-    import jinja2.ext
-    import jinja2.sandbox
-
-    if not isinstance(template, str):
-        raise ConfigError(f"{field_name} must be a Jinja template string, got {template!r}")
-    try:
-        jinja2.sandbox.ImmutableSandboxedEnvironment(extensions=[jinja2.ext.loopcontrols]).parse(template)
-    except jinja2.TemplateSyntaxError as e:
-        raise ConfigError(f"{field_name}: not a valid Jinja template (line {e.lineno}: {e.message})") from None
-
-
-def check_generation_batch(args: Any, world_size: int) -> None:
-    """Raises a `ConfigError` that lists the valid `num_generations` when the global generation batch of `args` (a
-    GRPO config, or the mapping of its fields) launched on `world_size` processes is not made of whole prompt
-    groups. TRL checks the same for the processes it sees; this says it in r1kit's words, and for any world size."""
-    get = args.get if isinstance(args, dict) else functools.partial(getattr, args)
-    per_device, accumulation = get("per_device_train_batch_size"), get("gradient_accumulation_steps")
-    num_generations = get("num_generations")
-    generation_batch_size, steps_per_generation = get("generation_batch_size"), get("steps_per_generation")
-    for name, value in (("num_generations", num_generations), ("per_device_train_batch_size", per_device),
-                        ("gradient_accumulation_steps", accumulation)):
-        if isinstance(value, bool) or not isinstance(value, int):  # (checked before the dataclass's own ranges)
-            raise ConfigError(f"{name} must be a whole number, got {value!r}")
-    if generation_batch_size is not None and steps_per_generation is not None:
-        raise ConfigError("'generation_batch_size' and 'steps_per_generation' cannot both be set; keep one of them")
-    if generation_batch_size is not None:
-        batch, how = generation_batch_size, f"generation_batch_size {generation_batch_size}"
-    else:
-        steps = steps_per_generation or accumulation
-        batch = per_device * world_size * steps
-        how = (
-            f"per_device_train_batch_size {per_device} x world size {world_size} x "
-            f"{'steps_per_generation' if steps_per_generation else 'gradient_accumulation_steps'} {steps}"
-        )
-    if num_generations < 2:
-        raise ConfigError(f"num_generations must be at least 2 (GRPO compares completions of one prompt), got {num_generations}")
-    if batch % num_generations:
-        valid = [g for g in range(2, batch + 1) if batch % g == 0]
-        raise ConfigError(
-            f"num_generations ({num_generations}) must divide the global generation batch ({how} = {batch}). "
-            f"Valid num_generations for this world size: {', '.join(map(str, valid)) or 'none (batch < 2)'}; "
-            "or change per_device_train_batch_size / gradient_accumulation_steps."
-        )
-
-
-# --------------------------------------------------------------------------------------------------------------------
-# Dataset mixtures (Open-R1 semantics)
-# --------------------------------------------------------------------------------------------------------------------
-@dataclass
-class DatasetConfig:
-    """One member of a dataset mixture.
-
-    Args:
-        id (`str`): Hub dataset id, local file (json/jsonl/csv/parquet) or local folder.
-        config (`str` or `None`, defaults to `None`): dataset configuration (subset) name.
-        split (`str`, defaults to `"train"`): split to load; slicing such as `train[:10]` works.
-        columns (`list[str]` or `None`, defaults to `None`): columns to keep.
-        weight (`float` or `None`, defaults to `None`): fraction of rows kept after a seeded shuffle.
-    """
-
-    id: str
-    config: str | None = None
-    split: str = "train"
-    columns: list[str] | None = None
-    weight: float | None = None
-
-
-@dataclass
-class DatasetMixtureConfig:
-    """A weighted mixture of datasets.
-
-    Args:
-        datasets (`list[DatasetConfig]`): the members.
-        seed (`int`, defaults to `0`): seed of the per-member shuffles, the final shuffle and the train/test split.
-        test_split_size (`float` or `None`, defaults to `None`): if set, the mixture is split into `train` and `test`.
-    """
-
-    datasets: list[DatasetConfig]
-    seed: int = 0
-    test_split_size: float | None = None
-
-
-def parse_dataset_mixture(mixture: Any) -> DatasetMixtureConfig:
-    """Turns the raw `dataset_mixture` mapping of a recipe into a `DatasetMixtureConfig` (Open-R1's rules)."""
-    if not isinstance(mixture, dict) or "datasets" not in mixture:
-        raise ConfigError(
-            "dataset_mixture must be a dictionary with a 'datasets' key. Expected format: {'datasets': [...], 'seed': int}"
-        )
-    if not isinstance(mixture["datasets"], list):
-        raise ConfigError("'datasets' must be a list of dataset configurations")
-    members = []
-    for i, entry in enumerate(mixture["datasets"]):
-        if not isinstance(entry, dict) or not entry.get("id"):
-            raise ConfigError(f"dataset_mixture.datasets[{i}] needs an 'id' (a Hub dataset id or a local path)")
-        unknown = set(entry) - {"id", "config", "split", "columns", "weight"}
-        if unknown:
-            raise ConfigError(
-                f"dataset_mixture.datasets[{i}] has unknown keys {sorted(unknown)}; "
-                "valid keys: id, config, split, columns, weight"
-            )
-        weight = entry.get("weight", 1.0)
-        if weight is not None and (isinstance(weight, bool) or not isinstance(weight, (int, float))):
-            raise ConfigError(f"dataset_mixture.datasets[{i}].weight must be a number in [0, 1], got {weight!r}")
-        for key, kind in (("id", str), ("config", str), ("split", str), ("columns", list)):
-            if entry.get(key) is not None and not isinstance(entry[key], kind):
-                raise ConfigError(
-                    f"dataset_mixture.datasets[{i}].{key} must be a {'list of column names' if kind is list else 'string'}, "
-                    f"got {entry[key]!r}"
-                )
-        if weight is not None and not (0.0 <= float(weight) <= 1.0):
-            raise ConfigError(f"dataset_mixture.datasets[{i}].weight must be in [0, 1] (fraction of rows kept), got {weight}")
-        members.append(
-            DatasetConfig(
-                id=entry["id"],
-                config=entry.get("config"),
-                split=entry.get("split", "train"),
-                columns=entry.get("columns"),
-                weight=weight,
-            )
-        )
-    column_sets = [set(m.columns) for m in members if m.columns is not None]
-    if column_sets and any(s != column_sets[0] for s in column_sets):
-        raise ConfigError(
-            "Column names must be consistent across all dataset configurations in a mixture. "
-            f"Found different column sets: {[sorted(s) for s in column_sets]}"
-        )
-    test_split_size = mixture.get("test_split_size")
-    for key, value in (("seed", mixture.get("seed", 0)), ("test_split_size", test_split_size)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
-            raise ConfigError(f"dataset_mixture.{key} must be a number, got {value!r}")
-    if test_split_size is not None and not (0.0 < float(test_split_size) < 1.0):
-        raise ConfigError(f"dataset_mixture.test_split_size must be in (0, 1), got {test_split_size}")
-    return DatasetMixtureConfig(datasets=members, seed=mixture.get("seed", 0), test_split_size=test_split_size)
-
-
-
-@dataclass
-class DataFields:
-    """`dataset_name` or `dataset_mixture` (Open-R1's rule), shared by the GRPO, SFT and pass-rate recipes: the
-    mixture given as a mapping, or as JSON/YAML text on the command line, becomes a `DatasetMixtureConfig`;
-    `dataset_options` (a generated dataset's options) are a mapping too, and go with `dataset_name` only."""
-
-    def check_data_fields(self) -> None:
-        if self.dataset_name is None and self.dataset_mixture is None:
-            raise ConfigError("Either `dataset_name` or `dataset_mixture` must be provided")
-        if isinstance(self.dataset_mixture, str):  # given as JSON on the command line
-            self.dataset_mixture = load_yaml(self.dataset_mixture, "dataset_mixture")
-        if self.dataset_mixture is not None and not isinstance(self.dataset_mixture, DatasetMixtureConfig):
-            self.dataset_mixture = parse_dataset_mixture(self.dataset_mixture)
-        if isinstance(self.dataset_options, str):  # given as JSON/YAML on the command line
-            self.dataset_options = load_yaml(self.dataset_options, "dataset_options")
-        if self.dataset_options is not None and not isinstance(self.dataset_options, dict):
-            raise ConfigError(f"dataset_options must be a mapping of option: value, got {self.dataset_options!r}")
-        if self.dataset_options and self.dataset_mixture is not None:
-            raise ConfigError("dataset_options configure dataset_name's generated task, not a dataset_mixture")
-
 
 # --------------------------------------------------------------------------------------------------------------------
 # GRPO: data and rewards
@@ -450,148 +228,6 @@ class GRPOScriptArguments(DataFields, ScriptArguments):
                                 self.cosine_min_value_correct, self.cosine_max_value_correct, self.cosine_max_len)
         if "repetition_penalty" in self.reward_funcs:
             check_repetition_params(self.repetition_n_grams, self.repetition_max_penalty, self.repetition_language)
-
-
-# --------------------------------------------------------------------------------------------------------------------
-# What every training run shares: machine defaults, run fields
-# --------------------------------------------------------------------------------------------------------------------
-def apply_machine_defaults(args: Any) -> None:
-    """r1kit's corrections to TRL's training defaults, made before transformers reads them (GRPO and SFT alike).
-
-    - `bf16`/`fp16` without a GPU become fp32 (with a warning when the recipe asked for them): TRL's default, bf16
-      on, cannot even construct on a CPU-only machine.
-    - `gradient_checkpointing`, which TRL sets to True by default and Open-R1 recipes use, is deprecated in
-      transformers 5 in favour of `activation_checkpointing`: its value moves there, so that every start does not
-      print a FutureWarning; `activation_checkpointing`, when set, wins, as in transformers. A transformers without
-      `activation_checkpointing` keeps `gradient_checkpointing` as it is.
-    - no pinned memory without a GPU: torch can only warn that it has nothing to pin to.
-    - on several ranks without a GPU, `use_cpu` / `ddp_backend` such that accelerate forms the group and shards as
-      launched (`r1kit.sharding.apply_launch_defaults`; what changed is kept in `r1kit_launch_changes`).
-    """
-    has_gpu = has_cuda()
-    if args.bf16 is None:
-        args.bf16 = bool(has_gpu and not args.fp16)
-    elif args.bf16 and not has_gpu and not args.use_cpu:
-        warnings.warn("bf16: true needs a GPU and none was found; training in fp32 instead.", ConfigWarning, 3)
-        args.bf16 = False
-    if args.fp16 and not has_gpu and not args.use_cpu:
-        warnings.warn("fp16: true needs a GPU and none was found; training in fp32 instead.", ConfigWarning, 3)
-        args.fp16 = False
-    if hasattr(args, "activation_checkpointing"):
-        for old, new in (
-            ("gradient_checkpointing", "activation_checkpointing"),
-            ("gradient_checkpointing_kwargs", "activation_checkpointing_kwargs"),
-        ):
-            if getattr(args, new) is None:
-                setattr(args, new, getattr(args, old))
-            setattr(args, old, None)  # transformers mirrors the new name back into the old one
-    if not has_gpu:
-        args.dataloader_pin_memory = False
-    args.r1kit_launch_changes = apply_launch_defaults(args)  # ranks without a GPU: what accelerate needs to shard
-    check_deepspeed_field(args.deepspeed)
-    check_report_to(args.report_to)
-
-
-# The package each `report_to` integration needs, where its name is not the integration's (transformers fails only
-# when the trainer is built). The integration names themselves are transformers'.
-REPORT_TO_PACKAGES = {"azure_ml": "azureml", "flyte": "flytekit", "tensorboard": "tensorboard"}
-
-
-def report_to_integrations() -> tuple[str, ...]:
-    from transformers.integrations.integration_utils import INTEGRATION_TO_CALLBACK
-
-    return tuple(INTEGRATION_TO_CALLBACK)
-
-
-def check_report_to(report_to: Any) -> None:
-    """Names only: whether each is installed is the pre-flight's question (`preflight.check_report_to_installed`)."""
-    names = [report_to] if isinstance(report_to, str) else list(report_to or [])
-    for name in names:
-        check_choice("report_to", name, ("none", "all", *report_to_integrations()))
-
-
-def check_deepspeed_field(deepspeed: Any) -> None:
-    """transformers reads the `deepspeed` config (and imports DeepSpeed) while the arguments are built: check first."""
-    if not deepspeed:
-        return
-    if isinstance(deepspeed, str) and not deepspeed.lstrip().startswith("{") and not Path(deepspeed).is_file():
-        raise ConfigError(f"deepspeed: {deepspeed} does not exist; give the path of a DeepSpeed JSON config")
-    if not installed("deepspeed"):
-        raise ConfigError(
-            "deepspeed: DeepSpeed is not installed: pip install 'r1kit[deepspeed]', or remove `deepspeed` and launch "
-            "with recipes/accelerate_configs/ddp.yaml or fsdp.yaml"
-        )
-
-
-@dataclass
-class RunFields(ResumeFields, SealedFields):  # (to_dict never writes a sealed secret: r1kit.credentials)
-    """The fields r1kit adds to both trainers' configs (`GRPOConfig`, `SFTConfig`), held once.
-
-    Args:
-        benchmarks (`list[str]`, defaults to `[]`): benchmarks evaluated on each checkpoint by `evaluate_benchmarks`.
-        callbacks (`list[str]`, defaults to `[]`): callback names (see `r1kit.callbacks`).
-        chat_template (`str` or `None`, defaults to `None`): Jinja template replacing the tokenizer's (SFT: ChatML
-            when the tokenizer has none, as Open-R1's sft.py does).
-        system_prompt (`str` or `None`, defaults to `None`): system message prepended to every GRPO prompt and to
-            the benchmarks' prompts (SFT training data keeps its own messages).
-        hub_model_revision (`str`, defaults to `"main"`): base branch of checkpoint pushes.
-        push_to_hub_revision (`bool`, defaults to `False`): refuse to start if the revision already has content.
-        overwrite_hub_revision (`bool`, defaults to `False`): allow overwriting an existing revision.
-        wandb_entity / wandb_project / wandb_run_group (`str` or `None`): exported as `WANDB_*` variables.
-        resume, resume_without_optimizer, resume_changes, resume_after_stop: see `r1kit.contract.ResumeFields`.
-        benchmark_num_samples (`int`, defaults to `1`): `evaluate_benchmarks` samples per problem (pass@1 averages).
-        benchmark_max_new_tokens (`int` or `None`, defaults to `None`): `evaluate_benchmarks` generation length
-            (default: `max_completion_length` for GRPO, 512 for SFT).
-        benchmark_launcher (`str`, defaults to `"local"`): `local` runs evaluations as subprocesses, `slurm` submits
-            `slurm/evaluate.slurm` with sbatch.
-        torch_num_threads (`int` or `None`, defaults to `None`): CPU threads for torch; tiny models run fastest and
-            steadiest on 1 (on small VMs, 2 threads can stall).
-    """
-
-    benchmarks: list[str] = field(default_factory=list, metadata={"help": "Benchmarks evaluated on each checkpoint."})
-    callbacks: list[str] = field(default_factory=list, metadata={"help": "Callbacks to run during training."})
-    chat_template: str | None = field(default=None, metadata={"help": "Chat template overriding the tokenizer's."})
-    system_prompt: str | None = field(default=None, metadata={"help": "System prompt prepended to every prompt."})
-    hub_model_revision: str | None = field(default="main", metadata={"help": "Base branch of checkpoint pushes."})
-    push_to_hub_revision: bool = field(default=False, metadata={"help": "Push each checkpoint to its own branch."})
-    overwrite_hub_revision: bool = field(default=False, metadata={"help": "Allow overwriting an existing revision."})
-    wandb_entity: str | None = field(default=None, metadata={"help": "W&B entity."})
-    wandb_project: str | None = field(default=None, metadata={"help": "W&B project."})
-    wandb_run_group: str | None = field(default=None, metadata={"help": "W&B run group."})
-    benchmark_num_samples: int = field(default=1, metadata={"help": "evaluate_benchmarks: samples per problem."})
-    benchmark_max_new_tokens: int | None = field(
-        default=None, metadata={"help": "evaluate_benchmarks: new tokens (default: max_completion_length; SFT 512)."}
-    )
-    benchmark_launcher: Literal["local", "slurm"] = field(
-        default="local", metadata={"help": "evaluate_benchmarks: local or slurm."}
-    )
-    torch_num_threads: int | None = field(
-        default=None, metadata={"help": "CPU threads torch uses (default: torch's choice); 1 suits tiny models."}
-    )
-
-    def check_run_fields(self) -> None:
-        """The shared fields' own rules, and the trainer fields that transformers checks late or never."""
-        check_literal_fields(self)
-        if self.chat_template is not None:
-            check_chat_template(self.chat_template)
-        self.check_resume_fields()
-        check_range(self, [("benchmark_num_samples", ">=", 1), ("benchmark_max_new_tokens", ">=", 1),
-                           ("torch_num_threads", ">=", 1), ("learning_rate", ">=", 0),
-                           ("per_device_train_batch_size", ">=", 1), ("gradient_accumulation_steps", ">=", 1),
-                           ("warmup_steps", ">=", 0), ("logging_steps", ">", 0), ("save_steps", ">", 0)])
-        if self.max_steps == 0 or self.max_steps < -1:
-            raise ConfigError(f"max_steps must be a positive number of steps (or -1 to train num_train_epochs), got {self.max_steps}")
-        if self.max_steps == -1 and not self.num_train_epochs > 0:
-            raise ConfigError(f"num_train_epochs must be > 0 when max_steps is -1, got {self.num_train_epochs}")
-        names = list(self.callbacks)
-        if "push_to_hub_revision" in names and not self.hub_model_id:
-            raise ConfigError("callback push_to_hub_revision needs hub_model_id (a Hub repo id or file:///some/dir)")
-        if "evaluate_benchmarks" in names and not self.benchmarks:
-            raise ConfigError("callback evaluate_benchmarks needs `benchmarks` (e.g. [addition, humaneval, math_500])")
-
-    def benchmark_generation_length(self) -> int:
-        """Tokens `evaluate_benchmarks` generates: `benchmark_max_new_tokens`, else 512 (GRPO: its completion length)."""
-        return self.benchmark_max_new_tokens or 512
 
 
 # --------------------------------------------------------------------------------------------------------------------

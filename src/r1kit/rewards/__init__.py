@@ -12,6 +12,7 @@ leaves out of the group baseline, never a silent 0.
 
 from __future__ import annotations
 
+import difflib
 import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -132,20 +133,31 @@ def _is_import_path(name: str) -> bool:
 
 
 def resolve_import_path(path: str) -> Callable:
-    """Imports `package.module:function`."""
+    """Imports `package.module:function`; one line (`ConfigError`) when it cannot, naming the path and why."""
     module, _, attr = path.partition(":")
     try:
-        return getattr(importlib.import_module(module), attr)
-    except (ImportError, AttributeError) as e:
-        raise ValueError(f"cannot import reward function '{path}': {e}") from e
+        found = getattr(importlib.import_module(module), attr)
+    except ImportError as e:
+        raise ConfigError(f"reward_funcs: cannot import reward function '{path}': {type(e).__name__}: {e} "
+                          "(is the module on PYTHONPATH, and does it import?)") from e
+    except AttributeError:
+        raise ConfigError(f"reward_funcs: module '{module}' has no function '{attr}' (from '{path}')") from None
+    if not callable(found):
+        raise ConfigError(f"reward_funcs: '{path}' is a {type(found).__name__}, not a function")
+    return found
 
 
 def check_reward_names(names: list[str]) -> None:
-    """Raises a `ConfigError` listing the valid names when a reward name is not registered."""
+    """Raises a `ConfigError` naming the nearest registered name and listing the valid ones when a reward name is not
+    registered (an import path `package.module:function` is checked when it is imported)."""
     unknown = [n for n in names if not _is_import_path(n) and n not in REWARD_FUNCS_REGISTRY]
     if unknown:
+        named = []
+        for name in unknown:
+            near = difflib.get_close_matches(name, list(REWARD_FUNCS_REGISTRY), n=1, cutoff=0.6)
+            named.append(f"'{name}'" + (f" (did you mean '{near[0]}'?)" if near else ""))
         raise ConfigError(
-            f"unknown reward function(s) {unknown}; valid names: {', '.join(REWARD_FUNCS_REGISTRY)} "
+            f"unknown reward function {', '.join(named)}; valid names: {', '.join(REWARD_FUNCS_REGISTRY)} "
             "(or an import path package.module:function)"
         )
 
