@@ -48,6 +48,8 @@ from r1kit.rewards import get_reward_funcs
 from r1kit.rewardtap import CompletionsRecorder
 from r1kit.second_opinion import SecondOpinion
 from r1kit.sharding import describe as describe_sharding
+from r1kit.tools import ToolLimits, check_tool_template
+from r1kit.tools import build as build_tools_for_trl
 from r1kit.trainer import R1Trainer
 from r1kit.tripwires import IdenticalCompletions, Tripwires, parse_tripwires
 from r1kit.vllm_front import client_line
@@ -130,6 +132,7 @@ def build_trainer(script_args: GRPOScriptArguments, training_args: GRPOConfig, m
         callbacks.append(wires)  # after heldout_accuracy: a step's evaluation is measured the same step
     curriculum_index = (script_args.reward_funcs.index(training_args.curriculum_reward)
                         if training_args.curriculum_active else None)
+    tools, environment_factory = build_tools(script_args, tokenizer)
     trainer = R1Trainer(  # TRL's GRPOTrainer, plus dynamic sampling and the curriculum when turned on
         model=model,
         reward_funcs=reward_funcs,
@@ -141,6 +144,8 @@ def build_trainer(script_args: GRPOScriptArguments, training_args: GRPOConfig, m
         processing_class=tokenizer,
         curriculum_reward_index=curriculum_index,
         reward_listeners=listeners,  # every scored completion, with every reward's score, to completions.jsonl
+        tools=tools or None,  # TRL's tool loop: r1kit's interpreter in the jail, the user's tools and environment
+        environment_factory=environment_factory,
     )
     evaluators = [c for c in callbacks if isinstance(c, EvaluateBenchmarksCallback)]
     for evaluator in evaluators:
@@ -154,6 +159,18 @@ def build_trainer(script_args: GRPOScriptArguments, training_args: GRPOConfig, m
         wires.attach(trainer, script_args.reward_funcs, heldout, tuple(training_args.second_opinion_kinds or {}))
     return runs.Run(trainer, checkpoint, len(dataset[script_args.dataset_train_split]), script_args.dataset_name,
                     heldout, evaluators, model_name=model_args.model_name_or_path, summary_file="summary.json")
+
+
+def build_tools(script_args: GRPOScriptArguments, tokenizer) -> tuple[list, type | None]:
+    """The recipe's `tools` and `environment` for TRL (`r1kit.tools`); a chat template that cannot render a tool
+    conversation is refused in one line, naming one that can."""
+    if not script_args.uses_tools:
+        return [], None
+    check_tool_template(tokenizer)
+    limits = ToolLimits(seconds=script_args.tool_time_limit, memory_mb=script_args.tool_memory_mb,
+                        max_output=script_args.tool_max_output, calls=script_args.tool_calls_per_rollout,
+                        total_seconds=script_args.tool_seconds_per_rollout)
+    return build_tools_for_trl(script_args.tools, script_args.environment, limits)
 
 
 def reward_watch_listeners(script_args: GRPOScriptArguments, training_args: GRPOConfig, is_main: bool) -> list:

@@ -128,7 +128,8 @@ def build_char_tokenizer(chars: str = CHARS):
     return hf
 
 
-def build_tiny_llama(tokenizer, hidden_size: int = 64, layers: int = 2, heads: int = 4, seed: int = 0):
+def build_tiny_llama(tokenizer, hidden_size: int = 64, layers: int = 2, heads: int = 4, seed: int = 0,
+                     max_positions: int = 1024):
     """A randomly initialised Llama sized for tests and CPU smoke runs (~100 k parameters at the defaults)."""
     import torch
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
@@ -141,7 +142,7 @@ def build_tiny_llama(tokenizer, hidden_size: int = 64, layers: int = 2, heads: i
         num_hidden_layers=layers,
         num_attention_heads=heads,
         num_key_value_heads=max(1, heads // 2),
-        max_position_embeddings=1024,
+        max_position_embeddings=max_positions,
         tie_word_embeddings=True,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
@@ -257,10 +258,24 @@ def get_tokenizer(model_args: ModelConfig, training_args: RunFields):
     except (OSError, ValueError) as e:  # no tokenizer files, an unreachable Hub id
         raise _load_error("tokenizer", model_args.model_name_or_path, e) from None
     if training_args.chat_template is not None:
-        tokenizer.chat_template = training_args.chat_template
+        tokenizer.chat_template = named_template(training_args.chat_template) or training_args.chat_template
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
+
+
+# chat_template: <name> takes TRL's copy of that family's template, whose tool calls TRL parses (r1kit.tools)
+NAMED_TEMPLATES = {"qwen2.5": "qwen2_5_chat_template", "qwen3": "qwen3_chat_template",
+                   "llama3.1": "llama3_1_chat_template"}
+
+
+def named_template(name: str) -> str | None:
+    """TRL's chat template for a name in `NAMED_TEMPLATES`, else None (the value is a template itself)."""
+    if name not in NAMED_TEMPLATES:
+        return None
+    import trl.chat_template_utils as templates  # deferred: trl
+
+    return getattr(templates, NAMED_TEMPLATES[name])
 
 
 def _dtype(name: str | None, has_gpu: bool):

@@ -22,14 +22,22 @@ from r1kit.rewards.text import completion_text
 
 def checked_reward(func, name: str):
     """`func` with its output checked on every call (`check_reward_values`); async stays async, so that TRL still runs
-    it concurrently with the others."""
+    it concurrently with the others. A rollout whose tool the infrastructure failed (`unjudgeable_rollouts`) scores
+    None, whatever the reward says: its outcome is not the model's."""
     if is_async_callable(func):
         async def checked(*args, **kwargs):
-            return check_reward_values(name, await func(*args, **kwargs))
+            return unjudged(check_reward_values(name, await func(*args, **kwargs)), kwargs.get("environments"))
     else:
         def checked(*args, **kwargs):
-            return check_reward_values(name, func(*args, **kwargs))
+            return unjudged(check_reward_values(name, func(*args, **kwargs)), kwargs.get("environments"))
     return functools.wraps(func)(checked)
+
+
+def unjudged(values: list[float | None], environments) -> list[float | None]:
+    """`values` with None where the rollout's tool environment saw an infrastructure failure (`r1kit.tools`)."""
+    if not environments or len(environments) != len(values):
+        return values
+    return [None if getattr(env, "infrastructure_failures", 0) else value for value, env in zip(values, environments)]
 
 
 def check_reward_values(name: str, values) -> list[float | None]:
@@ -89,7 +97,8 @@ class CompletionsRecorder(TrainerCallback):
     whatever their kinds and order (plain functions, `async def` functions that TRL runs concurrently, reward models).
     Only the main process records (its own share of the batch); rows from evaluation carry `"mode": "eval"`, and with
     dynamic sampling rows carry their generation `round` (a step may score several rounds, dropped groups included).
-    A reward's `None` (NaN in TRL's tensor) stays `null`.
+    A reward's `None` (NaN in TRL's tensor) stays `null`. A completion of several turns (tool use) also keeps its
+    `trajectory`: each turn's role, text and tool calls.
     """
 
     def __init__(self, output_dir: str):
@@ -121,4 +130,24 @@ class CompletionsRecorder(TrainerCallback):
                 }
                 if training and trainer.generation_round is not None:
                     row["round"] = trainer.generation_round
+                if isinstance(completion, list) and len(completion) > 1:  # tool use: every turn, by role
+                    row["trajectory"] = trajectory(completion)
                 f.write(json.dumps(row) + "\n")
+
+
+def trajectory(messages: list) -> list[dict]:
+    """A multi-turn completion's turns as records keep them: role, text, and the tool calls an assistant turn made."""
+    turns = []
+    for message in messages:
+        if not isinstance(message, dict):
+            continue
+        turn = {"role": message.get("role"), "content": completion_text(message)}
+        if message.get("name"):
+            turn["name"] = message["name"]
+        calls = message.get("tool_calls")
+        if calls:
+            turn["tool_calls"] = [{"name": (c.get("function") or {}).get("name"),
+                                   "arguments": (c.get("function") or {}).get("arguments")}
+                                  for c in calls if isinstance(c, dict)]
+        turns.append(turn)
+    return turns

@@ -56,6 +56,7 @@ import torch
 from accelerate.utils import gather_object
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer, SFTTrainer
+from trl.chat_template_utils import parse_response
 from trl.models.utils import disable_gradient_checkpointing
 from trl.trainer import utils as trl_utils
 from trl.trainer.utils import nanstd, use_adapter
@@ -66,6 +67,7 @@ from r1kit.machine import vllm_is_cpu_build
 from r1kit.passchoice import PassRunner
 from r1kit.rewardtap import RECENT_REWARD_WARNINGS, checked_reward, watch_reward_warnings
 from r1kit.sharding import ShardingRecord, enable_fsdp_on_cpu
+from r1kit.tools import PythonInterpreter, prefetch
 from r1kit.vllm_front import authenticated_client
 from r1kit.weightsync import Unsupported, iter_layer_weights, lora_layers
 
@@ -82,6 +84,8 @@ def _restore_on_indexed_cpu(storage, location: str):
 
 torch.serialization.register_package(11, lambda obj: None, _restore_on_indexed_cpu)
 
+TOOL_METRICS = ("tools/rollouts_using", "tools/calls_per_rollout", "tools/errors_per_rollout",
+                "tools/seconds_per_rollout", "tools/infrastructure_failures")
 DEFAULT_CPU_KVCACHE_GIB = 1  # VLLM_CPU_KVCACHE_SPACE when the environment leaves it unset (vLLM's own is 4 GiB)
 
 
@@ -367,6 +371,7 @@ class R1Trainer(ShardedAsLaunched, StopOnNonFiniteGradients, GRPOTrainer):
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         self._round_rewards = rewards  # gathered over ranks: every rank sees every group's rewards
+        self._log_tool_use()
         # One copy to the host for every listener and the unjudged check (each read would wait for the device)
         host = rewards.cpu() if (self.reward_listeners or self.model.training) else None
         for listener in self.reward_listeners:
@@ -374,6 +379,56 @@ class R1Trainer(ShardedAsLaunched, StopOnNonFiniteGradients, GRPOTrainer):
         if self.model.training:
             self._stop_if_unjudged(host)
         return rewards
+
+    # --- tool use ---------------------------------------------------------------------------------------------------
+    def _python_environment(self):
+        """The run's Python interpreter environment class (`r1kit.tools`), or None."""
+        factories = getattr(self, "environment_factories", None) or {}
+        return next((f for f in factories.values() if isinstance(f, type) and issubclass(f, PythonInterpreter)), None)
+
+    def _tool_call_loop(self, prompts, prompt_ids, completion_ids, completions, logprobs, images, multimodal_fields):
+        """TRL's tool loop (its masks, its cap on turns, its truncation), with every `python` call of a turn run at
+        once before TRL asks for them one by one: the first turn's from the completions, each later turn's from the
+        generation that made it (parsed as TRL parses it). Each call has the jail's hard deadline, so no call can
+        stall the batch beyond it."""
+        environment = self._python_environment()
+        if environment is None:
+            return super()._tool_call_loop(prompts, prompt_ids, completion_ids, completions, logprobs, images,
+                                           multimodal_fields)
+        prefetch(environment, [completion[:1] for completion in completions])
+        generate = self._generate_single_turn
+        patched = self.__dict__.get("_generate_single_turn")  # (an instance's own, put back after)
+
+        def generate_then_prefetch(ids, *args, **kwargs):
+            post_tool_ids, post_tool_logprobs = generate(ids, *args, **kwargs)
+            turns = [parse_response(self._tokenizer, seq, prefix=prefix, tools=self.tools) if seq else {}
+                     for seq, prefix in zip(post_tool_ids, ids)]
+            prefetch(environment, turns)
+            return post_tool_ids, post_tool_logprobs
+
+        self._generate_single_turn = generate_then_prefetch
+        try:
+            return super()._tool_call_loop(prompts, prompt_ids, completion_ids, completions, logprobs, images,
+                                           multimodal_fields)
+        finally:
+            if patched is None:
+                del self._generate_single_turn
+            else:
+                self._generate_single_turn = patched
+            environment.prefetched.put({})
+
+    def _log_tool_use(self) -> None:
+        """Per batch, over every rank: the share of rollouts that called the interpreter, its calls, errors and
+        seconds per rollout, and the rollouts the infrastructure failed (TRL logs its own call frequency)."""
+        environments = [e for e in (self.environments or []) if isinstance(e, PythonInterpreter)]
+        if not environments or not self.tools:
+            return
+        local = torch.tensor([[float(e.calls > 0), e.calls, e.errors, e.seconds, float(e.infrastructure_failures > 0)]
+                              for e in environments], device=self.accelerator.device)
+        means = self.accelerator.gather(local).float().mean(dim=0).tolist()
+        metrics = self._metrics["train" if self.model.training else "eval"]
+        for name, value in zip(TOOL_METRICS, means):
+            metrics[name].append(value)
 
     def _stop_if_unjudged(self, rewards: torch.Tensor) -> None:
         """Stops the run when a reward leaves `unjudged_share_limit` of its rows unjudged (NaN in TRL's gathered

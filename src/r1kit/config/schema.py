@@ -44,6 +44,7 @@ from r1kit.config.runfields import (  # noqa: F401 (read from here too)
     check_report_to,
     report_to_integrations,
 )
+from r1kit.config.toolfields import ToolFields
 from r1kit.config.yaml_limits import load_yaml
 from r1kit.errors import ConfigError
 from r1kit.rewards.competitive import IoiProviderName, ScoringMode
@@ -61,7 +62,7 @@ TRAINING_PASSES = ("auto", "dense", "bucketed", "packed", "packed_flex")  # r1ki
 # GRPO: data and rewards
 # --------------------------------------------------------------------------------------------------------------------
 @dataclass
-class GRPOScriptArguments(DataFields, ScriptArguments):
+class GRPOScriptArguments(ToolFields, DataFields, ScriptArguments):
     """Data and reward arguments of a GRPO run (every field Open-R1 has, with its bugs fixed).
 
     Args:
@@ -200,6 +201,7 @@ class GRPOScriptArguments(DataFields, ScriptArguments):
 
     def __post_init__(self):
         self.check_data_fields()
+        self.check_tool_fields()
         if isinstance(self.reward_funcs, str):
             self.reward_funcs = [name.strip() for name in self.reward_funcs.split(",") if name.strip()]
         if not self.reward_funcs:

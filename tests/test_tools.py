@@ -1,0 +1,302 @@
+"""Tool use (`tools:`, `environment:`; r1kit.tools): the policy's `python` calls run in r1kit's jail, stateless and
+bounded; a turn's calls run at once; the infrastructure's failures make a rollout unjudged, the program's failures
+are the model's. End to end, a scripted policy (the trainer's generation replaced by fixed replies that call the
+tool) trains a few GRPO steps through TRL's tool loop: the calls run in the jail, the tool's tokens are out of the
+loss, token by token, each group starts from one state, and the records keep the trajectory."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from r1kit.errors import ConfigError
+from r1kit.rewardtap import unjudged
+from r1kit.sandbox import PASSED, SANDBOX_ERROR
+from r1kit.sandbox import TestResult as SandboxResult
+from r1kit.tools import PythonInterpreter, ToolLimits, build, prefetch, python_calls, python_environment
+from tests.helpers import descendants, write_recipe
+
+LIMITS = ToolLimits(seconds=2.0, memory_mb=256, max_output=200, calls=3, total_seconds=6.0)
+
+
+class Recording:
+    """A provider that records what it is asked to run and answers with what each program would print."""
+
+    def __init__(self, fail: bool = False):
+        self.batches: list[list[str]] = []
+        self.fail = fail
+
+    def execute(self, programs):
+        self.batches.append([p.code for p in programs])
+        if self.fail:
+            return [[SandboxResult(SANDBOX_ERROR, stderr="bwrap: cannot start")] for _ in programs]
+        return [[SandboxResult(PASSED, stdout=f"ran {p.code}\n", seconds=0.01)] for p in programs]
+
+
+def call(code: str, name: str = "python") -> dict:
+    return {"type": "function", "function": {"name": name, "arguments": {"code": code}}}
+
+
+# --- the interpreter, without a jail ------------------------------------------------------------------------------
+def test_a_turns_calls_run_at_once_and_each_call_then_takes_its_result():
+    provider = Recording()
+    environment = python_environment(LIMITS, provider)
+    rollouts = [environment() for _ in range(3)]
+    turns = [[{"role": "assistant", "tool_calls": [call("print(1)")]}],
+             [{"role": "assistant", "tool_calls": [call("print(2)"), call("print(1)")]}],
+             [{"role": "assistant", "content": "no call"}]]
+    assert prefetch(environment, turns) == 2 and provider.batches == [["print(1)", "print(2)"]]  # one batch, distinct
+    assert rollouts[0].python("print(1)") == "ran print(1)\n" and rollouts[1].python("print(2)") == "ran print(2)\n"
+    assert provider.batches == [["print(1)", "print(2)"]]  # taken from what ran ahead, not run again
+    assert rollouts[2].python("print(3)") == "ran print(3)\n" and provider.batches[-1] == ["print(3)"]  # not ahead
+
+
+def test_a_rollouts_budget_bounds_thousands_of_calls():
+    provider = Recording()
+    environment = python_environment(LIMITS, provider)
+    rollout = environment()
+    flood = [{"role": "assistant", "tool_calls": [call(f"print({i})") for i in range(1000)]}]
+    prefetch(environment, [flood])
+    assert sum(len(batch) for batch in provider.batches) == LIMITS.calls  # no more than a rollout may use
+    replies = [rollout.python(f"print({i})") for i in range(1000)]
+    assert sum(reply.startswith("ran") for reply in replies) == LIMITS.calls
+    assert all("budget is spent" in reply for reply in replies[LIMITS.calls:])
+    assert rollout.calls == LIMITS.calls and rollout.errors == 1000 - LIMITS.calls
+    rollout.reset()
+    assert rollout.python("print(0)").startswith("ran")  # a new batch, a new budget
+
+
+def test_malformed_calls_are_not_calls():
+    assert python_calls([{"role": "assistant", "tool_calls": [
+        call("   "), call("print(1)", name="shell"), {"type": "function", "function": {"name": "python"}},
+        {"type": "function", "function": {"name": "python", "arguments": "print(1)"}}, "junk", call("print(2)")]}]) \
+        == ["print(2)"]
+    assert python_calls([{"role": "assistant", "content": '<tool_call>\n{"name": "python", "argu'}]) == []
+    rollout = python_environment(LIMITS, Recording())()
+    assert rollout.python("") == "Error: no code given" and rollout.python(None) == "Error: no code given"
+
+
+def test_the_infrastructures_failure_makes_the_rollout_unjudged_not_wrong():
+    environment = python_environment(LIMITS, Recording(fail=True))
+    failed, fine = environment(), python_environment(LIMITS, Recording())()
+    assert "infrastructure failure" in failed.python("print(1)") and failed.infrastructure_failures == 1
+    fine.python("print(1)")
+    assert unjudged([1.0, 0.0], [failed, fine]) == [None, 0.0]
+    assert unjudged([1.0, 0.0], None) == [1.0, 0.0]
+
+
+def test_the_recipes_tools_and_environment_are_built_and_checked():
+    tools, factory = build(["python", "tests.tools_for_tests:add"], None, LIMITS)
+    assert [t.__name__ for t in tools] == ["add"] and issubclass(factory, PythonInterpreter)
+    _, environment = build([], "tests.tools_for_tests:RandomStart", LIMITS)
+    assert environment.__name__ == "RandomStart" and hasattr(environment, "look")
+    with pytest.raises(ConfigError, match="cannot import"):
+        build(["tests.tools_for_tests:nothing"], None, LIMITS)
+    with pytest.raises(ConfigError, match="one of them"):
+        build(["python"], "tests.tools_for_tests:RandomStart", LIMITS)
+
+
+def test_the_members_of_a_group_start_alike_and_the_generators_are_left_as_they_were():
+    import random
+
+    from tests.tools_for_tests import RandomStart
+
+    _, environment = build([], "tests.tools_for_tests:RandomStart", LIMITS)
+    random.seed(5)
+    before = random.random()
+    random.seed(5)
+    group = [environment() for _ in range(4)]
+    for member in group:
+        member.reset(prompt="7+8=", solution="15")
+    other = environment()
+    other.reset(prompt="1+2=", solution="3")
+    assert len({m.start for m in group}) == 1 and other.start != group[0].start
+    assert random.random() == before  # the caller's random state is untouched
+    assert RandomStart.starts[-5:-1] == [group[0].start] * 4
+
+
+def test_a_template_that_cannot_render_tools_is_refused_naming_one_that_can():
+    from r1kit.modeling import build_char_tokenizer, named_template
+    from r1kit.tools import check_tool_template
+
+    tokenizer = build_char_tokenizer()
+    with pytest.raises(ConfigError, match="chat_template: qwen2.5"):
+        check_tool_template(tokenizer)
+    tokenizer.chat_template = named_template("qwen2.5")
+    check_tool_template(tokenizer)
+
+
+# --- in the jail ----------------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def jailed():
+    return python_environment(LIMITS)
+
+
+@pytest.mark.slow
+def test_a_call_runs_in_the_jail_and_each_call_is_a_fresh_interpreter(jailed):
+    rollout = jailed()
+    assert rollout.python("import os, socket\nprint(os.getuid(), socket.gethostname())").split() == ["65534", "jail"]
+    rollout.python("x = 41\nopen('/tmp/note', 'w').write('kept?')")
+    reply = rollout.python("print(x + 1)")
+    assert "NameError" in reply and rollout.errors == 1
+    assert "FileNotFoundError" in jailed().python("print(open('/tmp/note').read())")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, code, says", [
+    ("endless loop", "while True:\n    pass", "time limit"),
+    ("fork bomb", "import os\nwhile True:\n    os.fork()", "Error"),
+    ("huge output", "print('x' * 10_000_000)", "output cut at 200 characters"),
+    ("memory", "b = bytearray(2_000_000_000)", "Error"),
+    ("network", "import socket\nsocket.create_connection(('1.1.1.1', 53), timeout=1)", "Error"),
+    ("the trainer's files", "print(open('/proc/1/environ').read()[:50]); print(open('/etc/passwd').read())", "Error"),
+])
+def test_hostile_calls_are_bounded_and_leave_nothing_behind(jailed, name, code, says):
+    before = descendants()
+    rollout = jailed()
+    start = time.monotonic()
+    reply = rollout.python(code)
+    assert says in reply, reply
+    assert len(reply) <= LIMITS.max_output + 100
+    assert time.monotonic() - start < 60  # bounded (the jail's deadline), on any machine however busy
+    assert descendants() <= before  # no process of the call outlives it
+
+
+# --- end to end: a scripted policy ---------------------------------------------------------------------------------
+TOOL_TURN = '<tool_call>\n{"name": "python", "arguments": {"code": "import os, socket\\nprint(6*7, os.getuid(), socket.gethostname())"}}\n</tool_call><|im_end|>'
+ANSWER_TURN = "<answer>42</answer><|im_end|>"
+
+
+def script_policy(trainer, first_turn: str = TOOL_TURN, after_tool: str = ANSWER_TURN) -> list:
+    """Replaces the trainer's generation by fixed replies: `first_turn` to a question, `after_tool` once a tool
+    has answered. Returns the prompts it was asked to continue (decoded)."""
+    tokenizer = trainer.processing_class
+    asked = []
+
+    def generate(prompt_ids, images, multimodal_fields, num_generations=None, has_tool_images=False):
+        replies = []
+        for ids in prompt_ids:
+            text = tokenizer.decode(ids)
+            asked.append(text)
+            reply = after_tool if "<tool_response>" in text else first_turn
+            replies.append(tokenizer(reply, add_special_tokens=False)["input_ids"])
+        return replies, None
+
+    trainer._generate_single_turn = generate
+    return asked
+
+
+@pytest.fixture
+def tool_model(tmp_path):
+    from r1kit.modeling import build_char_tokenizer, build_tiny_llama
+
+    folder = tmp_path / "model"
+    tokenizer = build_char_tokenizer()
+    # room for the tools' system prompt, a call, the tool's reply and the answer
+    build_tiny_llama(tokenizer, hidden_size=64, layers=2, heads=4, max_positions=4096).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    data = tmp_path / "questions.jsonl"
+    data.write_text("".join(json.dumps({"problem": f"Question {i}: what is 6 * 7?", "solution": "42"}) + "\n"
+                            for i in range(8)))  # the scripted policy's tool call computes 6 * 7
+    return folder, data
+
+
+def tool_run(tmp_path, model, data, **keys):
+    from r1kit import grpo
+    from r1kit.config.recipe import parse_args
+
+    recipe = dict(model_name_or_path=str(model), dataset_name=str(data), dataset_prompt_column="problem",
+                  reward_funcs=["accuracy"], tools=["python"], chat_template="qwen2.5", num_generations=2,
+                  per_device_train_batch_size=4, max_completion_length=256, learning_rate=1e-3, max_steps=2,
+                  logging_steps=1, save_strategy="no", report_to="none", bf16=False, seed=0,
+                  output_dir=str(tmp_path / "out"), probe_rewards=False, max_tool_calling_iterations=2)
+    recipe.update(keys)
+    args = parse_args(["--config", str(write_recipe(tmp_path, **recipe)), "--resume", "never"])
+    return grpo.setup(*args)
+
+
+@pytest.mark.slow
+def test_a_scripted_policy_trains_through_the_tool_loop_with_the_tool_out_of_the_loss(tmp_path, tool_model):
+    import torch
+
+    from r1kit import run as runs
+
+    run = tool_run(tmp_path, *tool_model)
+    trainer = run.trainer
+    asked = script_policy(trainer)
+    batches = []
+    original = trainer._generate_and_score_completions
+
+    def keep(inputs):
+        batch = original(inputs)
+        batches.append(batch)
+        return batch
+
+    trainer._generate_and_score_completions = keep
+    runs.train(run)
+    # The calls ran in the jail: what they printed came back in the tool turn the model was asked to continue
+    continued = [text for text in asked if "<tool_response>" in text]
+    assert continued and all("42 65534 jail" in text for text in continued)
+    batch = batches[0]
+    tokenizer = trainer.processing_class
+    mask = batch["tool_mask"]
+    for row in range(mask.size(0)):  # token by token: the tool's turn is out, the model's turns are in
+        ids, kept = batch["completion_ids"][row], batch["completion_mask"][row].bool()
+        tool_text = tokenizer.decode(ids[kept & (mask[row] == 0)])
+        own_text = tokenizer.decode(ids[kept & (mask[row] == 1)])
+        assert "42 65534 jail" in tool_text and "<tool_response>" in tool_text and "<tool_call>" not in tool_text
+        assert "<tool_call>" in own_text and "<answer>42</answer>" in own_text and "jail" not in own_text
+    # ... and out of the loss: per-token old log-probabilities changed only where the tool's tokens are leave it
+    trainer.model.train()
+    micro = {k: v[:2] if isinstance(v, torch.Tensor) and v.dim() and v.size(0) == mask.size(0) else v
+             for k, v in batch.items()}
+    with torch.no_grad():
+        logps = trainer._get_per_token_logps_and_entropies(
+            trainer.model, torch.cat([micro["prompt_ids"], micro["completion_ids"]], 1),
+            torch.cat([micro["prompt_mask"], micro["completion_mask"]], 1), micro["completion_ids"].size(1))[0]
+    micro["advantages"] = torch.tensor([1.0, -1.0])
+    micro["old_per_token_logps"] = logps
+    base = trainer.compute_loss(trainer.model, dict(micro)).item()
+    shifted = logps + 30.0 * (micro["tool_mask"] == 0)
+    assert trainer.compute_loss(trainer.model, dict(micro, old_per_token_logps=shifted)).item() == pytest.approx(base)
+    on_own = logps + 30.0 * (micro["tool_mask"] == 1) * micro["completion_mask"]
+    assert trainer.compute_loss(trainer.model, dict(micro, old_per_token_logps=on_own)).item() != pytest.approx(base)
+    # Records and metrics see the trajectory
+    rows = [json.loads(line) for line in (tmp_path / "out" / "completions.jsonl").read_text().splitlines()]
+    assert rows and all(r["rewards"]["accuracy_reward"] == 1.0 for r in rows)  # the final answer, not the tool's output
+    roles = [turn["role"] for turn in rows[0]["trajectory"]]
+    assert roles == ["assistant", "tool", "assistant"] and "jail" in rows[0]["trajectory"][1]["content"]
+    logged = [e for e in trainer.state.log_history if "tools/rollouts_using" in e]
+    assert logged and logged[0]["tools/rollouts_using"] == 1.0 and logged[0]["tools/calls_per_rollout"] == 1.0
+
+
+@pytest.mark.slow
+def test_a_reward_reads_the_final_answer_not_the_tools_output(tmp_path, tool_model):
+    from r1kit import run as runs
+
+    run = tool_run(tmp_path, *tool_model, max_steps=1)
+    script_policy(run.trainer, after_tool="<answer>41</answer><|im_end|>")  # the tool printed 42; the reply says 41
+    runs.train(run)
+    rows = [json.loads(line) for line in (tmp_path / "out" / "completions.jsonl").read_text().splitlines()]
+    assert rows and all(r["rewards"]["accuracy_reward"] == 0.0 for r in rows)
+
+
+@pytest.mark.slow
+def test_an_environment_that_samples_its_start_gives_each_group_one_start(tmp_path, tool_model):
+    from r1kit import run as runs
+    from tests.tools_for_tests import RandomStart
+
+    run = tool_run(tmp_path, *tool_model, tools=[], environment="tests.tools_for_tests:RandomStart",
+                   num_generations=2, per_device_train_batch_size=4, max_steps=2)
+    asked = script_policy(run.trainer, first_turn='<tool_call>\n{"name": "look", "arguments": {}}\n</tool_call><|im_end|>')
+    RandomStart.starts.clear()
+    runs.train(run)
+    starts = [s for s in RandomStart.starts]
+    assert len(starts) >= 8  # 2 steps x 4 rollouts (reset once per rollout and batch)
+    groups = [starts[i : i + 2] for i in range(len(starts) - len(starts) % 2 - 8, len(starts), 2)]
+    assert all(a == b for a, b in groups)  # the two members of each group started alike
+    assert len({g[0] for g in groups}) > 1  # and groups differ
+    replies = [text for text in asked if "<tool_response>" in text]
+    assert replies and all(any(str(s) in text for s in starts) for text in replies)  # the tool saw that start
