@@ -300,3 +300,25 @@ def test_an_environment_that_samples_its_start_gives_each_group_one_start(tmp_pa
     assert len({g[0] for g in groups}) > 1  # and groups differ
     replies = [text for text in asked if "<tool_response>" in text]
     assert replies and all(any(str(s) in text for s in starts) for text in replies)  # the tool saw that start
+
+
+def test_r1kits_compact_tool_template_renders_a_tool_conversation_and_parses_its_replies():
+    """`chat_template: r1kit-tools`, for small models: a tool prompt of a few dozen characters (Qwen2.5's is hundreds),
+    replies that transformers parses back into tool calls (its response template), and TRL accepts it."""
+    from trl.chat_template_utils import is_chat_template_prefix_preserving, parse_response, supports_tool_calling
+
+    from r1kit.modeling import build_char_tokenizer, set_chat_template
+
+    tokenizer = build_char_tokenizer()
+    set_chat_template(tokenizer, "r1kit-tools")
+    assert supports_tool_calling(tokenizer) and is_chat_template_prefix_preserving(tokenizer)
+    tools = [python_environment(LIMITS, Recording())().python]
+    question = [{"role": "user", "content": "What is 482 * 731?"}]
+    prompt = tokenizer.apply_chat_template(question, tools=tools, tokenize=False, add_generation_prompt=True)
+    assert len(prompt) < 90 and "python" in prompt
+    prefix = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    reply = '<tool_call>{"name": "python", "arguments": {"code": "print(482*731)"}}</tool_call><|im_end|>'
+    parsed = parse_response(tokenizer, tokenizer(reply, add_special_tokens=False)["input_ids"], prefix=prefix, tools=tools)
+    assert python_calls([parsed]) == ["print(482*731)"]
+    rendered = tokenizer.apply_chat_template(question + [parsed], tools=tools, tokenize=False)
+    assert rendered == prompt + reply  # the call renders back as written: generation and training see the same text

@@ -258,24 +258,53 @@ def get_tokenizer(model_args: ModelConfig, training_args: RunFields):
     except (OSError, ValueError) as e:  # no tokenizer files, an unreachable Hub id
         raise _load_error("tokenizer", model_args.model_name_or_path, e) from None
     if training_args.chat_template is not None:
-        tokenizer.chat_template = named_template(training_args.chat_template) or training_args.chat_template
+        set_chat_template(tokenizer, training_args.chat_template)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
 
 
-# chat_template: <name> takes TRL's copy of that family's template, whose tool calls TRL parses (r1kit.tools)
+# chat_template: <name> takes TRL's copy of that family's template, whose tool calls TRL parses (r1kit.tools), or
+# r1kit's own compact one for small models (`r1kit-tools`: a few dozen characters of tool prompt, not hundreds)
 NAMED_TEMPLATES = {"qwen2.5": "qwen2_5_chat_template", "qwen3": "qwen3_chat_template",
-                   "llama3.1": "llama3_1_chat_template"}
+                   "llama3.1": "llama3_1_chat_template", "r1kit-tools": None}
+R1KIT_TOOLS_TEMPLATE = (
+    "{%- if tools %}{{ '<|system|>tools: ' }}{%- for tool in tools %}"
+    "{{ (tool.function.name if tool.function is defined else tool.name) + ' ' }}{%- endfor %}{{ '<|im_end|>' }}"
+    "{%- endif %}{%- for message in messages %}"
+    "{%- if message.role == 'assistant' %}{{ '<|assistant|>' + (message.content or '') }}"
+    "{%- for call in message.tool_calls or [] %}{{ '<tool_call>' + ({'name': call.function.name, "
+    "'arguments': call.function.arguments} | tojson) + '</tool_call>' }}{%- endfor %}{{ '<|im_end|>' }}"
+    "{%- elif message.role == 'tool' %}{{ '<|tool|>' + message.content + '<|im_end|>' }}"
+    "{%- else %}{{ '<|' + message.role + '|>' + message.content + '<|im_end|>' }}{%- endif %}"
+    "{%- endfor %}{%- if add_generation_prompt %}{{ '<|assistant|>' }}{%- endif %}"
+)
+# How transformers parses a reply of that template back into content and tool calls (its `response_template`)
+R1KIT_TOOLS_RESPONSE = {
+    "defaults": {"role": "assistant"}, "start_anchor": "<|assistant|>",
+    "fields": {"tool_calls": {"open": "<tool_call>", "close_pattern": "</tool_call>\\s*", "repeats": True,
+                              "content": "json", "transform": {"type": "function", "function": "{content}"}},
+               "content": {"close_pattern": "<\\|im_end\\|>\\s*", "content": "text"}},
+}
 
 
 def named_template(name: str) -> str | None:
-    """TRL's chat template for a name in `NAMED_TEMPLATES`, else None (the value is a template itself)."""
+    """The chat template a name in `NAMED_TEMPLATES` stands for, else None (the value is a template itself)."""
     if name not in NAMED_TEMPLATES:
         return None
+    if name == "r1kit-tools":
+        return R1KIT_TOOLS_TEMPLATE
     import trl.chat_template_utils as templates  # deferred: trl
 
     return getattr(templates, NAMED_TEMPLATES[name])
+
+
+def set_chat_template(tokenizer, template: str) -> None:
+    """`template` (a name in `NAMED_TEMPLATES`, or Jinja) on `tokenizer`; r1kit's own also tells transformers how to
+    parse its replies (TRL finds the others' parsers itself)."""
+    tokenizer.chat_template = named_template(template) or template
+    if template == "r1kit-tools":
+        tokenizer.response_template = R1KIT_TOOLS_RESPONSE
 
 
 def _dtype(name: str | None, has_gpu: bool):

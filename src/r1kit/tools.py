@@ -258,7 +258,7 @@ def check_tool_template(tokenizer) -> None:
     if not supports_tool_calling(tokenizer):
         raise ConfigError("tools: this model's chat template cannot render a tool conversation (assistant tool calls, "
                           "tool results); set chat_template: qwen2.5 (or qwen3, llama3.1: templates whose tool calls "
-                          "TRL parses)")
+                          "TRL parses; r1kit-tools: r1kit's compact one, for small models)")
 
 
 def build(names: list[str], environment: str | None, limits: ToolLimits) -> tuple[list[Callable], Callable | None]:
