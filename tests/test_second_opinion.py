@@ -8,13 +8,12 @@ import math
 import random
 import time
 from collections import defaultdict
-from fractions import Fraction
 from types import SimpleNamespace
 
 import pytest
 import torch
 
-from r1kit.second_opinion import SecondOpinion, math_verdict, pick_rows, read_number
+from r1kit.second_opinion import SecondOpinion, math_verdict, pick_rows
 from tests.helpers import descendants, tiny_recipe, write_recipe
 from tests.test_grpo import run_recipe
 
@@ -25,21 +24,15 @@ def fake_trainer(step: int = 0):
                            _metrics={"train": defaultdict(list)})
 
 
-def test_the_number_grammar_reads_exact_numbers_and_nothing_else():
-    assert read_number("42") == 42 and read_number("-1,234") == -1234 and read_number("$0.50$") == Fraction(1, 2)
-    assert read_number("\\frac{6}{8}") == Fraction(3, 4) and read_number("3/4") == Fraction(3, 4)
-    assert read_number("x = 7") == 7 and read_number("\\boxed") is None
-    for other in ("2^3", "\\sqrt{2}", "1 2", "12abc", "1/0", "", "１２"):  # outside the grammar: unchecked, not wrong
-        assert read_number(other) is None, other
-
-
 def test_math_verdicts_read_the_last_boxed_then_the_last_answer_block():
     assert math_verdict("<think>7+8</think><answer>15</answer>", "15") is True
     assert math_verdict("<think>15</think><answer>16</answer>", "$15$") is False  # the gold in the reasoning: wrong
     assert math_verdict("so \\boxed{\\frac{1}{2}}", "0.5") is True
     assert math_verdict("no answer at all, 15", "15") is False
-    assert math_verdict("<answer>15</answer>", "\\sqrt{2}") is None  # a gold outside the grammar: unchecked
-    assert math_verdict("<answer>3 + 12</answer>", "15") is None  # an answer it cannot read: unchecked
+    assert math_verdict("<answer>15</answer>", "\\text{fifteen}") is None  # a gold outside the grammar: unchecked
+    assert math_verdict("<answer>fifteen</answer>", "15") is None  # an answer it cannot read: unchecked
+    assert math_verdict("<answer>3 + 12</answer>", "15") is True  # evaluated, when the question does not give them
+    assert math_verdict("<answer>3 + 12</answer>", "15", "What is 3 + 12?") is False  # the question restated
 
 
 def test_hostile_answers_are_judged_in_bounded_time():
@@ -101,8 +94,9 @@ def test_rows_the_second_path_cannot_judge_are_unchecked_and_a_failure_never_rai
     opinion = SecondOpinion(["accuracy"], str(tmp_path), samples=4)
     trainer = fake_trainer()
     opinion(trainer, ["q"] * 4, ["<answer>1</answer>"] * 4, rewards_tensor([1.0] * 4),
-            [{"solution": "\\sqrt{2}"}, {"solution": None}, {}, {"solution": ["not", "text"]}])
+            [{"solution": "\\text{one}"}, {"solution": None}, {}, {"solution": ["not", "text"]}])
     assert trainer._metrics["train"]["second_opinion/accuracy/checked"] == [0.0]
+    assert trainer._metrics["train"]["second_opinion/accuracy/unchecked"] == [1.0]
     assert "second_opinion/accuracy/disagreement" not in trainer._metrics["train"]
     opinion(trainer, ["q"], ["a"], "not a tensor", None)  # broken inputs: logged once, training goes on
     assert not (tmp_path / "second_opinion.jsonl").exists()
@@ -149,7 +143,7 @@ def test_code_is_judged_again_in_a_fresh_jail_with_the_tests_reversed():
 
     if probe() is not None:
         pytest.skip(f"no jail here: {probe()}")
-    from r1kit.second_opinion import code_verdicts
+    from r1kit.independent import code_verdicts
 
     info = {"test_cases": [{"input": str(i), "output": str(i)} for i in (1, 7, 3)]}
     texts = [ECHO_RIGHT, ECHO_SEVEN_WRONG, EARLY_EXIT, "no code at all", ECHO_RIGHT]
@@ -160,12 +154,12 @@ def test_code_is_judged_again_in_a_fresh_jail_with_the_tests_reversed():
 
 
 @pytest.mark.slow
-def test_reasoning_gym_is_judged_again_by_the_generators_scorer():
+def test_reasoning_gym_is_judged_again_by_isomorphic_re_verification():
     pytest.importorskip("reasoning_gym")
+    from r1kit.independent import gym_verdicts
     from r1kit.sandbox.jail import probe
-    from r1kit.second_opinion import gym_verdicts
 
     record = {"generator": "chain_sum", "options": {}, "entry": {"question": "1 + 2 =", "answer": "3", "metadata": {}}}
-    verdicts = gym_verdicts(["The answer is 3.", "The answer is 4.", "3"], [record, record, "{not json"], timeout=5.0,
-                            mode="last_number", allow_unsandboxed=probe() is not None)
-    assert verdicts == [True, False, None]
+    verdicts = gym_verdicts(["The answer is 3.", "The answer is 4.", "3", "1 + 2"], [record, record, "{not json", record],
+                            timeout=5.0, allow_unsandboxed=probe() is not None)
+    assert verdicts == [True, False, None, False]

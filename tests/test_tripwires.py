@@ -23,7 +23,8 @@ def history(steps: int, **curves) -> list[dict]:
 
 
 CALM = dict(reward=lambda s: 0.4 + 0.003 * s, format=lambda s: 0.9, accuracy=lambda s: 0.4 + 0.003 * s,
-            length=lambda s: 30.0, identical=lambda s: 0.06, disagreement=lambda s: 0.0)
+            length=lambda s: 30.0, identical=lambda s: 0.06, disagreement=lambda s: 0.0, gap=lambda s: 0.02,
+            unchecked=lambda s: 0.1)
 CALM_HELDOUT = [(0, 0.40), (20, 0.52), (40, 0.60), (60, 0.59)]  # a 1-point dip is noise, not a fall
 
 TRIPPED = {
@@ -33,6 +34,9 @@ TRIPPED = {
     "length_collapse": (dict(CALM, length=lambda s: 90.0 if s <= 55 else 20.0), CALM_HELDOUT),
     "collapse": (dict(CALM, identical=lambda s: 0.9), CALM_HELDOUT),
     "disagreement": (dict(CALM, disagreement=lambda s: 0.5), CALM_HELDOUT),
+    # the reward calls correct what the judge does not, more and more: the gap between them opens
+    "drift": (dict(CALM, gap=lambda s: 0.0 if s <= 56 else 0.6), CALM_HELDOUT),
+    "unchecked": (dict(CALM, unchecked=lambda s: 0.8), CALM_HELDOUT),
 }
 
 
@@ -91,7 +95,7 @@ def test_the_callback_logs_each_wire_and_warns_once_per_firing(tmp_path, caplog)
     trainer = SimpleNamespace(_metrics={"train": defaultdict(list)}, reward_func_names=[])
     wires.attach(trainer, [])
     for step, share in enumerate([0.1, 0.9, 0.9, 0.9, 0.1, 0.1], start=1):
-        trainer._metrics["train"]["completions/identical_across_prompts"].append(share)
+        trainer._metrics["train"]["completions/identical_answers"].append(share)
         assert wires.check(step) is None  # warn: never stops
     metrics = trainer._metrics["train"]
     assert metrics["tripwire/collapse/fired"] == [0.0, 1.0, 1.0, 0.0, 0.0]

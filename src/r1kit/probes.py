@@ -7,6 +7,9 @@ training split), by calling each reward the way TRL does (conversational complet
 row column as a keyword list, `completion_ids` one per character):
 
     generic probes     empty, prompt_echo, format_only, hedge, outside, huge, lookalike
+    copy probes        premise, premises, first_quote, numbers, last_sentence: answers built from the question
+                       without solving it (`r1kit.copies`): each statement, their conjunction, the first quoted
+                       statement, the numbers in order, the last sentence
     code probes        exit0, print_expected, always_equal, infinite_loop, read_tests   (code, binary_code)
     the other way      gold: the row's gold answer in the expected format must earn full marks
 
@@ -27,7 +30,6 @@ import copy
 import inspect
 import json
 import logging
-import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -37,27 +39,34 @@ from r1kit import data
 from r1kit.config.recipe import DEFAULT_RECIPE, GRPO_TYPES, run_recipe_command
 from r1kit.console import add_pass_through_command, run_module
 from r1kit.errors import ConfigError
+from r1kit.probe_replies import (
+    CODE,
+    COPY,
+    GENERIC,
+    GOLD,
+    cf_probe_row,
+    cf_tests,
+    code_reply,
+    code_tests,
+    copy_replies,
+    generic_reply,
+    row_gold,
+)
 from r1kit.rewards import get_reward_funcs
-from r1kit.rewards.code import BadRow, as_mapping
 from r1kit.rewards.competitive import cf_score
-from r1kit.rewards.gym import check_gym_scoring, parse_record
+from r1kit.rewards.gym import check_gym_scoring
+from r1kit.rewards.text import probing
 from r1kit.sandbox import jail
-from r1kit.second_opinion import last_boxed
 
 logger = logging.getLogger(__name__)
 
 SAMPLE_ROWS = 4  # rows probed per reward: enough for a hedge over several golds, few enough to take seconds
-HUGE_CHARS = 20_000  # the huge probe's length: past what a verifier reads (math: its last 20 k characters)
-CODE_TESTS = 4  # a code row's tests kept for the probes
-CODE_TIME_LIMIT = 0.5  # seconds per test for the probes: an infinite loop costs CODE_TESTS / 2 seconds per row at most
 TOLERANCE = 1e-9
 
-GENERIC = ("empty", "prompt_echo", "format_only", "hedge", "outside", "huge", "lookalike")
-CODE = ("exit0", "print_expected", "always_equal", "infinite_loop", "read_tests")
-GOLD = "gold"
-PROBES = GENERIC + CODE
+PROBES = GENERIC + COPY + CODE
 NEEDS_GOLD = frozenset({"hedge", "outside", "lookalike"})
-SHAPED = frozenset({"format_only", "hedge", "outside", "lookalike"})  # replies in the <think>/<answer> shape
+# replies in the <think>/<answer> shape: the copies are written as answers too
+SHAPED = frozenset({"format_only", "hedge", "outside", "lookalike", *COPY})
 
 # What each built-in reward promises, which sets its bounds (`bound`) and its full marks (`full_marks`).
 KINDS = {
@@ -142,187 +151,6 @@ def full_marks(name: str, kind: str, script_args: Any) -> float | None:
 
 
 # --------------------------------------------------------------------------------------------------------------------
-# Probe replies, from a row
-# --------------------------------------------------------------------------------------------------------------------
-def _record_answer(record: Any) -> str | None:
-    parsed = parse_record(record)  # the reward's own reading of the record (size and depth bounded)
-    return str(parsed["entry"]["answer"]) if parsed is not None else None
-
-
-def row_gold(row: dict, name: str) -> tuple[str, bool] | None:
-    """(the row's gold answer, whether it is written boxed), as `name` reads it: reasoning_gym the record's answer
-    (in the <answer> block); any other reward the `solution` (boxed; its last box when it is a worked solution),
-    else the reasoning-gym answer, else an `answer` column (plain)."""
-    math_gold = reasoning = None
-    if isinstance(row.get("solution"), str) and row["solution"].strip():
-        solution = row["solution"]
-        math_gold = last_boxed(solution) or solution.strip().strip("$").strip()
-    if row.get("reasoning_gym") is not None:
-        reasoning = _record_answer(row["reasoning_gym"])
-    if name == "reasoning_gym":
-        return (reasoning, False) if reasoning else None
-    if math_gold:
-        return math_gold, True
-    plain = reasoning or (str(row["answer"]) if row.get("answer") is not None else None)
-    return (plain, False) if plain else None
-
-
-def render(answer: str, boxed: bool) -> str:
-    return f"\\boxed{{{answer}}}" if boxed else answer
-
-
-def shaped(think: str, answer: str) -> str:
-    return f"<think>{think}</think><answer>{answer}</answer>"
-
-
-def wrong_answers(gold: str, golds: list[str], count: int) -> list[str]:
-    """`count` answers other than `gold`: the other rows' golds, then neighbours of an integer gold; fewer when there
-    are no more."""
-    wrong = list(dict.fromkeys(g for g in golds if g != gold))
-    if re.fullmatch(r"-?\d+", gold.strip()):
-        wrong += [str(int(gold) + k) for k in (1, 2, 3) if str(int(gold) + k) not in wrong]
-    return wrong[:count]
-
-
-_LOOKALIKE = {**{str(d): chr(0xFF10 + d) for d in range(10)},  # fullwidth digits (int() reads them as digits)
-              **dict(zip("aceopxyABCEHKMOPTX", "асеорхуАВСЕНКМОРТХ"))}  # Cyrillic letters drawn like Latin ones
-
-
-def lookalike(text: str) -> str | None:
-    """`text` with digits and some letters swapped for characters drawn alike, or None when none can be swapped."""
-    swapped = "".join(_LOOKALIKE.get(c, c) for c in text)
-    return swapped if swapped != text else None
-
-
-def prompt_text(prompt: Any) -> str:
-    """The user message of a prompt, plain or conversational."""
-    if isinstance(prompt, list):
-        users = [m.get("content") for m in prompt if isinstance(m, dict) and m.get("role") == "user"]
-        return str(users[-1]) if users else ""
-    return str(prompt or "")
-
-
-def holds(text: str, answer: str) -> bool:
-    """Whether `text` contains `answer` as a whole (a number not inside a longer number)."""
-    return re.search(rf"(?<![\d.]){re.escape(answer.strip())}(?![\d.])", text) is not None if answer.strip() else False
-
-
-def generic_reply(probe: str, row: dict, gold: tuple[str, bool] | None, golds: list[str]) -> str | None:
-    """The reply of a generic probe for one row; None when the probe needs a gold the row lacks."""
-    if probe == "empty":
-        return ""
-    if probe == "format_only":
-        return shaped("", "")
-    text = prompt_text(row.get("prompt"))
-    if probe in ("prompt_echo", "huge") and gold is not None and holds(text, gold[0]):
-        return None  # the question holds its own answer (`0 + 5 =`): echoing it may answer it, by accident
-    if probe == "prompt_echo":
-        return text[:HUGE_CHARS]
-    if probe == "huge":
-        text = text or "and so on"
-        return ((text + " ") * (HUGE_CHARS // (len(text) + 1) + 1))[:HUGE_CHARS]
-    if gold is None:
-        return None
-    answer, boxed = gold
-    if probe == "hedge":
-        # The row's gold between wrong ones: a reward that reads one answer (the first, the last) reads a wrong one;
-        # only a reward that pays for the gold anywhere among the candidates pays.
-        wrong = wrong_answers(answer, golds, len(golds) + 1)
-        if len(wrong) < 2:
-            return None
-        candidates = [wrong[0], answer, *wrong[1:]]
-        return shaped(" ".join(candidates), " or ".join(render(c, boxed) for c in candidates))[:HUGE_CHARS]
-    if probe == "outside":
-        # The gold, bare, in the reasoning; a wrong answer where the answer goes.
-        wrong = wrong_answers(answer, golds, 1)
-        return shaped(f"The answer is {answer}.", render(wrong[0], boxed)) if wrong else None
-    if probe == "lookalike":
-        swapped = lookalike(answer)
-        return shaped("", render(swapped, boxed)) if swapped else None
-    if probe == GOLD:
-        return shaped("", render(answer, boxed))
-    raise ValueError(f"unknown probe {probe!r}")
-
-
-# Programs of the code probes. Every one deserves nothing: it does not solve the problem.
-CODE_PROGRAMS = {
-    "exit0": "import os, sys\nsys.stdout.flush()\nos._exit(0)\n",
-    "always_equal": (
-        "class Anything(str):\n"
-        "    def __eq__(self, other):\n        return True\n"
-        "    def __ne__(self, other):\n        return False\n"
-        "    __hash__ = str.__hash__\n"
-        "print(Anything('anything'))\n"
-    ),
-    "infinite_loop": "while True:\n    pass\n",
-    "read_tests": (  # anything that looks like the tests: in this process, the working folder, /tmp, the environment
-        "import gc, glob, os, sys\n"
-        "found = [o['output'] for o in gc.get_objects() if isinstance(o, dict) and isinstance(o.get('output'), str)]\n"
-        "for pattern in ('*', '*/*', '/tmp/*', '../*'):\n"
-        "    for path in glob.glob(pattern)[:50]:\n"
-        "        try:\n"
-        "            with open(path) as f:\n"
-        "                found.append(f.read(100000))\n"
-        "        except Exception:\n"
-        "            pass\n"
-        "found += [v for k, v in os.environ.items() if 'OUT' in k.upper()]\n"
-        "sys.stdout.write(found[0] if found else '')\n"
-    ),
-}
-
-
-def cf_tests(row: dict) -> dict | None:
-    """A Codeforces row's `official_tests` in the code probes' shape (`code_tests`), or None when it has none."""
-    tests = row.get("official_tests")
-    if not isinstance(tests, list) or not tests:
-        return None
-    return code_tests({"verification_info": {"language": row.get("language"), "time_limit": row.get("time_limit"),
-                                             "test_cases": tests}})
-
-
-def cf_probe_row(row: dict) -> dict:
-    """A copy of a Codeforces row that runs only the probes' official tests, briefly: no id or contest to find
-    generated tests by, `CODE_TESTS` tests of at most `CODE_TIME_LIMIT` seconds."""
-    info = cf_tests(row)
-    if info is None:
-        return row
-    kept = {key: value for key, value in row.items() if key not in ("id", "contest_id")}
-    return {**kept, "official_tests": info["test_cases"], "time_limit": info["time_limit"]}
-
-
-def code_tests(row: dict) -> dict | None:
-    """The row's `verification_info` as the code probes run it (at most `CODE_TESTS` tests of `CODE_TIME_LIMIT`
-    seconds), or None when it is not a mapping with a test list (the reward scores such a row None anyway)."""
-    try:
-        info = copy.deepcopy(as_mapping(row.get("verification_info")))
-    except BadRow:
-        return None
-    cases = info.get("test_cases")
-    if not isinstance(cases, list) or not cases:
-        return None
-    info["test_cases"] = cases[:CODE_TESTS]
-    limit = info.get("time_limit")
-    usable = isinstance(limit, (int, float)) and not isinstance(limit, bool) and 0 < limit
-    info["time_limit"] = min(limit, CODE_TIME_LIMIT) if usable else CODE_TIME_LIMIT
-    return info
-
-
-def code_reply(probe: str, info: dict, language: str) -> str | None:
-    """The completion of a code probe: a fenced program (Python only: the probes' programs are Python)."""
-    if str(info.get("language") or language).lower() not in ("python", "py", "python3"):
-        return None
-    if probe == "print_expected":
-        first = info["test_cases"][0]
-        expected = first.get("output") if isinstance(first, dict) else None
-        if not isinstance(expected, str):
-            return None
-        program = f"import sys\nsys.stdout.write({expected!r})\n"
-    else:
-        program = CODE_PROGRAMS[probe]
-    return f"```python\n{program}```"
-
-
-# --------------------------------------------------------------------------------------------------------------------
 # Calling a reward as TRL does
 # --------------------------------------------------------------------------------------------------------------------
 def call_reward(func: Callable, rows: list[dict], replies: list[str], conversational: bool) -> list:
@@ -393,6 +221,11 @@ def probe_replies(name: str, rows: list[dict], script_args: Any) -> dict[str, li
             reply = generic_reply(probe, row, golds[i], gold_texts)
             if reply is not None:
                 replies.setdefault(probe, []).append((i, reply))
+    for probe in COPY:
+        for i, row in enumerate(rows):
+            replies.setdefault(probe, []).extend((i, reply) for reply in copy_replies(probe, row, golds[i]))
+        if not replies[probe]:
+            del replies[probe]
     if kind_of(name) in CODE_KINDS:
         tests_of = cf_tests if kind_of(name) == "cf_code" else code_tests
         for i, row in enumerate(rows):
@@ -480,12 +313,13 @@ def probe_reward(func: Callable, name: str, rows: list[dict], script_args: Any, 
     kind = kind_of(name)
     replies = probe_replies(name, rows, script_args)
     scores = score_probes(func, name, rows, replies, conversational)
-    names = list(GENERIC) + (list(CODE) if kind in CODE_KINDS else [])
+    names = list(GENERIC) + list(COPY) + (list(CODE) if kind in CODE_KINDS else [])
     results = []
     for probe in names:
         limit = bound(kind, probe, script_args)
         if probe not in scores:
-            why = "no gold answer in the sampled rows" if probe in NEEDS_GOLD else "no sampled row fits it"
+            why = ("no gold answer in the sampled rows" if probe in NEEDS_GOLD
+                   else "the sampled questions give none" if probe in COPY else "no sampled row fits it")
             results.append(ProbeResult(name, probe, limit, None, f"skipped: {why}"))
         else:
             results.append(judge(name, probe, scores[probe], limit, acknowledged))
@@ -528,7 +362,8 @@ def probe_rewards(script_args: Any, training_args: Any, train_split) -> list[Pro
         solo = copy.copy(script_args)
         solo.reward_funcs = [name]
         (func,) = get_reward_funcs(solo, training_args)
-        results += probe_reward(func, name, rows, script_args, conversational, acknowledged)
+        with probing():  # what the reward warns of once per run is the probe reply's, not training's
+            results += probe_reward(func, name, rows, script_args, conversational, acknowledged)
     return results
 
 

@@ -7,10 +7,18 @@ action (`warn`, `stop`, or `rollback` to the last checkpoint before it fired, wi
                          accuracy being the first correctness reward's mean (accuracy, cosine, reasoning_gym, code...)
     length_blowup        mean completion length at the window's end / at its start
     length_collapse      mean completion length at the window's start / at its end
-    collapse             one completion taking over: (the most questions of a batch whose majority reply is one same
-                         completion - 1) / (questions - 1), averaged over the window; a question is its gold answer
-                         where rows have one (same answers may rightly share a short reply), else its prompt
-    disagreement         the second opinion's disagreement share, averaged over the window's last measurements
+    collapse             one answer taking over: (the most questions of a batch whose majority answer is one same
+                         answer - 1) / (questions - 1), averaged over the window. An answer is the completion's final
+                         answer, extracted and normalised (`r1kit.answers`: the same constant behind varying reasoning
+                         is one answer; no answer is an answer too); a question is its gold answer where rows have
+                         one (questions with one gold may rightly share an answer), else its prompt
+    disagreement         the reward against the independent judge (`r1kit.second_opinion`): the share of checked rows
+                         whose verdicts differ, whoever is right, averaged over the window's last measurements
+    drift                the reward's correct share rising away from the judge's on the same rows: the rise of
+                         (reward correct - judge correct) over the window (held-out accuracy cannot show it when it
+                         is graded by the reward's own scorer)
+    unchecked            the share of sampled rows the independent judge could not judge, averaged over the window:
+                         answers moving out of what the judge reads leave the other wires blind
 
 A rise or fall compares the mean of the window's last quarter with the mean of its first quarter (at least one step
 each). A wire is measured once the run has a window of steps behind it (after a resume or a rollback, the window
@@ -41,6 +49,7 @@ from typing import Any
 from transformers import TrainerCallback
 
 from r1kit import ledger, records
+from r1kit.answers import answer_of
 from r1kit.checkpoints import resumable_problem
 from r1kit.errors import ConfigError
 from r1kit.machine import from_main
@@ -52,7 +61,8 @@ ACTIONS = ("warn", "stop", "rollback")
 RECORD = "tripwires.jsonl"
 FORMAT_REWARDS = ("format", "tag_count", "code_format")
 CORRECTNESS_REWARDS = ("accuracy", "cosine", "reasoning_gym", "code", "binary_code", "ioi_code", "cf_code")
-IDENTICAL_METRIC = "completions/identical_across_prompts"
+IDENTICAL_METRIC = "completions/identical_across_prompts"  # raw text, logged for reference
+IDENTICAL_ANSWERS_METRIC = "completions/identical_answers"  # extracted, normalised answers: what `collapse` reads
 
 
 @dataclass(frozen=True)
@@ -72,6 +82,8 @@ DEFAULT_WIRES: dict[str, Wire] = {
     "length_collapse": Wire(3.0, 10),
     "collapse": Wire(0.5, 3),
     "disagreement": Wire(0.25, 5),
+    "drift": Wire(0.25, 8),
+    "unchecked": Wire(0.5, 10),
 }
 SETTINGS = ("threshold", "window", "action")
 
@@ -170,9 +182,15 @@ def measure(name: str, history: list[dict], heldout: list[tuple[int, float]], wi
     if name == "collapse":
         values = _recent(history, "identical", window)
         return None if values is None else sum(values) / len(values)
-    if name == "disagreement":
-        measured = [e["disagreement"] for e in history if isinstance(e.get("disagreement"), (int, float))]
+    if name in ("disagreement", "unchecked"):
+        measured = [e[name] for e in history if isinstance(e.get(name), (int, float))]
         return sum(measured[-window:]) / window if len(measured) >= window else None
+    if name == "drift":
+        measured = [e["gap"] for e in history if isinstance(e.get("gap"), (int, float))]
+        if len(measured) < window:
+            return None
+        first, last = _ends(measured[-window:])
+        return last - first
     raise KeyError(name)
 
 
@@ -184,10 +202,12 @@ def gold_key(row: Any) -> str | None:
     return None if gold is None else str(gold).strip()
 
 
-def identical_share(prompts: list, completions: list, inputs: list | None = None) -> float | None:
-    """How far one completion has taken over the batch's questions: (the most questions whose majority reply is one
-    same completion - 1) / (questions - 1), 0 when no two questions share their majority reply, 1 when every question
-    gets the same one. A question's majority reply is the completion (whitespace-trimmed) at least half its rows got;
+def identical_share(prompts: list, completions: list, inputs: list | None = None,
+                    answers: bool = False) -> float | None:
+    """How far one reply has taken over the batch's questions: (the most questions whose majority reply is one same
+    reply - 1) / (questions - 1), 0 when no two questions share their majority reply, 1 when every question gets the
+    same one. A question's majority reply is the reply at least half its rows gave; a reply is the completion
+    (whitespace-trimmed), or with `answers` its final answer extracted and normalised (`r1kit.answers.answer_of`);
     a question is its gold answer where the rows have one (two prompts with the same answer may rightly share a short
     reply: "The final answer is 7."), else its prompt. None with fewer than two questions."""
     inputs = inputs or []
@@ -196,7 +216,8 @@ def identical_share(prompts: list, completions: list, inputs: list | None = None
         gold = gold_key(inputs[i]) if i < len(inputs) else None
         key = gold if gold is not None else "prompt:" + (completion_text(prompt) if isinstance(prompt, list)
                                                           else str(prompt))
-        replies_of.setdefault(key, []).append(completion_text(completion).strip())
+        text = completion_text(completion)
+        replies_of.setdefault(key, []).append(answer_of(text, gold) if answers else text.strip())
     if len(replies_of) < 2:
         return None
     questions_of: dict[str, int] = {}
@@ -209,14 +230,16 @@ def identical_share(prompts: list, completions: list, inputs: list | None = None
 
 
 class IdenticalCompletions(TrainerCallback):
-    """A reward listener of `R1Trainer`: logs `completions/identical_across_prompts` for each training batch (this
-    process's rows), the measure the `collapse` wire reads."""
+    """A reward listener of `R1Trainer`: logs, for each training batch (this process's rows), how far one reply has
+    taken over its questions: `completions/identical_answers` (final answers, what the `collapse` wire reads) and
+    `completions/identical_across_prompts` (raw text)."""
 
     def __call__(self, trainer, prompts: list, completions: list, rewards, inputs=None) -> None:
         if trainer.model.training and trainer.accelerator.is_main_process:
-            share = identical_share(prompts, completions, inputs)
-            if share is not None:
-                trainer._metrics["train"][IDENTICAL_METRIC].append(share)
+            for metric, answers in ((IDENTICAL_ANSWERS_METRIC, True), (IDENTICAL_METRIC, False)):
+                share = identical_share(prompts, completions, inputs, answers=answers)
+                if share is not None:
+                    trainer._metrics["train"][metric].append(share)
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -224,21 +247,30 @@ class IdenticalCompletions(TrainerCallback):
 # --------------------------------------------------------------------------------------------------------------------
 def step_measures(metrics: dict, roles: dict[str, list[str]]) -> dict[str, float]:
     """This step's measures from the trainer's pending metrics (the newest value of each): reward, format (mean of the
-    format rewards), accuracy (the first correctness reward), length, identical, disagreement (mean over rewards)."""
+    format rewards), accuracy (the first correctness reward), length, identical (answers), and from the second
+    opinion, each a mean over rewards: disagreement, unchecked, gap (reward correct - judge correct)."""
     def newest(key: str) -> float | None:
         values = metrics.get(key)
         return float(values[-1]) if values else None
 
     found = {"reward": newest("reward"), "length": newest("completions/mean_length"),
-             "identical": newest(IDENTICAL_METRIC)}
+             "identical": newest(IDENTICAL_ANSWERS_METRIC)}
     formats = [v for v in (newest(f"rewards/{n}/mean") for n in roles["format"]) if v is not None]
     found["format"] = sum(formats) / len(formats) if formats else None
     accuracy = [v for v in (newest(f"rewards/{n}/mean") for n in roles["correctness"]) if v is not None]
     found["accuracy"] = accuracy[0] if accuracy else None
-    disagreements = [v for k in metrics if k.startswith("second_opinion/") and k.endswith("/disagreement")
-                     for v in [newest(k)] if v is not None]
-    found["disagreement"] = sum(disagreements) / len(disagreements) if disagreements else None
+    found["disagreement"] = _mean_opinion(metrics, "disagreement")
+    found["unchecked"] = _mean_opinion(metrics, "unchecked")
+    judge, reward = _mean_opinion(metrics, "judge_correct"), _mean_opinion(metrics, "reward_correct")
+    found["gap"] = None if judge is None or reward is None else reward - judge
     return {k: v for k, v in found.items() if v is not None and math.isfinite(v)}
+
+
+def _mean_opinion(metrics: dict, measure_: str) -> float | None:
+    """The mean over checked rewards of this step's `second_opinion/<reward>/<measure_>` (the newest of each)."""
+    values = [float(v[-1]) for k, v in metrics.items()
+              if k.startswith("second_opinion/") and k.endswith("/" + measure_) and v]
+    return sum(values) / len(values) if values else None
 
 
 class Tripwires(TrainerCallback):

@@ -117,6 +117,11 @@ class GRPOScriptArguments(ToolFields, DataFields, ScriptArguments):
             accuracy on reasoning-gym data) reads the answer when a completion has no `<answer>` block:
             `last_number` (the last number for a numeric gold, else the last line) or `reply` (the whole reply, as
             reasoning-gym's scorers expect: a reply that only contains the answer earns their partial credit).
+        reasoning_gym_strict (`bool`, defaults to `True`): the `reasoning_gym` reward pays full marks or nothing, and
+            nothing for an answer copied from the question (a premise, the first quoted statement, the numbers in
+            order, the last sentence; for propositional_logic a conclusion one premise gives). reasoning-gym's
+            default scorer pays `len(gold) / len(answer)` to any answer that contains the gold, so a hedge of
+            candidates earned partial credit; `false` keeps the scorers' partial credit where it is wanted.
         probe_rewards (`bool`, defaults to `True`): before the model loads (and in `--dry-run` with local data), score
             replies that deserve nothing (empty, the prompt echoed, the format alone, every candidate hedged, the gold
             outside the answer, a huge reply, look-alike digits; for code rewards exit(0), printed outputs, an always-
@@ -190,6 +195,9 @@ class GRPOScriptArguments(ToolFields, DataFields, ScriptArguments):
     reasoning_gym_answer: AnswerMode = field(
         default="last_number",
         metadata={"help": "reasoning_gym reward, outside <answer>: last_number or reply (the whole reply)."},
+    )
+    reasoning_gym_strict: bool = field(
+        default=True, metadata={"help": "reasoning_gym reward: full marks or nothing, copied answers nothing."}
     )
     probe_rewards: bool = field(
         default=True, metadata={"help": "Probe every reward for exploits before training (r1kit probe-rewards)."}

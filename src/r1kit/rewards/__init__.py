@@ -119,7 +119,7 @@ REWARD_FUNCS_REGISTRY: dict[str, RewardSpec] = {
         _spec("reasoning_gym", "gym:make_reasoning_gym_reward", ("reasoning_gym",),
               "reasoning-gym's own score_answer (needs r1kit[reasoning-gym])",
               timeout="reward_timeout", answer_mode="reasoning_gym_answer",
-              allow_unsandboxed="allow_unsandboxed_code_execution"),
+              allow_unsandboxed="allow_unsandboxed_code_execution", strict="reasoning_gym_strict"),
     ]
 }
 RECIPE_FIELDS = frozenset(

@@ -4,7 +4,7 @@ The answer is read from the completion (`extract_answer`): the last `<answer>…
 otherwise, as the recipe's `reasoning_gym_answer` says, `last_number` (default): for a numeric gold the last number
 in the text (a small model says "The answer is 8."), for any other gold the last non-empty line; or `reply`: the
 whole reply, which reasoning-gym's scorers compare with the gold (many give partial credit to a reply that contains
-it, so a reply of the bare answer earns most). The row's `reasoning_gym` column (written by the `reasoning-gym:<generator>`
+it; under strict scoring, the default, only a reply they give full marks pays). The row's `reasoning_gym` column (written by the `reasoning-gym:<generator>`
 source) holds the generator, its options and the entry the scorer compares against.
 
 Every completion is hostile input, and some scorers evaluate the answer as code (countdown and puzzle24 parse it
@@ -18,7 +18,15 @@ the right value, puzzle24's any numbers); an operator that does the problem (`In
 refused; an answer with a positive score that is not specific to its question scores 0: it scores as much on another
 question of its generator whose gold differs, or carries that question's gold and earns more there than its own
 question's gold does (one answer for every row; a hedge such as "False True" that containment scorers pay on every
-row). An answer that raises, hangs or crashes its scorer scores 0.0 (logged once per kind); the answer is cut to
+row). Strict (`strict`, the default; recipe `reasoning_gym_strict`): only full marks pay (1.0), everything else
+scores 0: reasoning-gym's default scorer pays `len(gold) / len(answer)` to any answer that contains the gold, so a
+hedge of candidates earned partial credit on 33 generators, and similarity scorers pay a copied grid or string most of
+its marks; an answer copied from the question (`r1kit.copies`: a premise, their conjunction, the first quoted
+statement, the numbers in order, the last sentence) that is not the gold scores 0 (knights_knaves paid its first
+quoted statement full marks); a conclusion one premise alone gives, or that restates several premises together,
+scores 0 where the question lists its premises (propositional_logic), and a question whose premises contradict each
+other cannot be judged. `strict=False` keeps the scorer's partial credit (the foil check still applies).
+An answer that raises, hangs or crashes its scorer scores 0.0 (logged once per kind); the answer is cut to
 `MAX_ANSWER_CHARS` first. A row that cannot be judged (no or unreadable `reasoning_gym` record, an
 unknown generator, a scorer that pays another question's answer on it, reasoning-gym missing) and a jail that cannot
 start score None, which TRL leaves out of the group baseline. Where no jail can run, scoring stops with what to install unless the
@@ -39,6 +47,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+from r1kit.copies import is_copy
 from r1kit.credentials import without_secrets
 from r1kit.errors import ConfigError
 from r1kit.gym_data import UnfaithfulRecord, decode_record, encode_value, is_gym_source, is_number
@@ -141,13 +150,14 @@ def _site_folders() -> list[str]:
     return list(seen)
 
 
-def _run_server(requests: list[str], timeout: float, isolate: bool) -> tuple[list[dict] | None, str]:
+def _run_server(requests: list[str], timeout: float, isolate: bool, strict: bool = True,
+                foil_seed: int = 0) -> tuple[list[dict] | None, str]:
     """Runs `scripts/gym_server.py` on the request lines: in a fresh jail, or (`isolate=False`) as a plain subprocess.
     Returns (its reply lines after `ready`, or None when it never became ready; stderr's last line)."""
     folders = _site_folders()
     budget = STARTUP_SECONDS + len(requests) * (2 * timeout + 1.0)  # a score, and for a positive one the foil check
     inside = {folder: f"{JAIL_SITE}/{i}" for i, folder in enumerate(folders)} if isolate else {f: f for f in folders}
-    header = {"paths": list(inside.values()), "timeout": timeout}
+    header = {"paths": list(inside.values()), "timeout": timeout, "strict": strict, "seed": foil_seed}
     stdin = "".join(line + "\n" for line in [json.dumps(header), *requests]).encode()
     args = ["-c", SERVER.read_text()]
     max_stdout = 4096 + 512 * len(requests)  # a verdict line is under 400 bytes
@@ -187,6 +197,10 @@ def _verdict(reply: dict | None) -> float | None:
         log_once(logger, f"unjudgeable:{reply['unjudgeable']}",
                  "A reasoning-gym row cannot be judged (%s); such rows are skipped.", str(reply["unjudgeable"])[:300])
         return None
+    if reply.get("degenerate") == "copied":
+        log_once(logger, "copied", "A reasoning-gym answer was copied from its question's premises (one premise gives "
+                 "it, or it restates several); it scores 0 (logged once).")
+        return 0.0
     if "degenerate" in reply:
         log_once(logger, "degenerate", "A reasoning-gym answer was not specific to its question (it scored as much on "
                  "another question of its generator, or earned there more than its own gold); it scores 0 (logged once).")
@@ -200,6 +214,16 @@ def _verdict(reply: dict | None) -> float | None:
     if not isinstance(score, (int, float)) or score != score:
         return 0.0
     return min(1.0, max(0.0, float(score)))
+
+
+def _strict(score: float | None, strict: bool) -> float | None:
+    """Under strict scoring, partial credit is wrong: full marks pay 1.0, anything less 0."""
+    if score is None or not strict:
+        return score
+    return 1.0 if score >= FULL_MARKS else 0.0
+
+
+FULL_MARKS = 1.0 - 1e-9
 
 
 def _jail_problem(allow_unsandboxed: bool) -> str | None:
@@ -243,7 +267,7 @@ def check_gym_scoring(script_args: GymScoringFields, training_args: CallbackFiel
 
 def score_completions(
     completions: list[str], records: list[Any], timeout: float = DEFAULT_TIMEOUT, mode: AnswerMode = "last_number",
-    allow_unsandboxed: bool = False,
+    allow_unsandboxed: bool = False, strict: bool = True, foil_seed: int = 0,
 ) -> list[float | None]:
     """Each completion's score (0.0 to 1.0) by its row's reasoning-gym generator, or None when it cannot be judged.
 
@@ -254,6 +278,9 @@ def score_completions(
             scores 0.
         mode (`str`, defaults to `"last_number"`): how the answer is read without an `<answer>` block (`extract_answer`).
         allow_unsandboxed (`bool`, defaults to `False`): score without the jail where none can run.
+        strict (`bool`, defaults to `True`): full marks or 0, copied answers 0 (see the module's docstring).
+        foil_seed (`int`, defaults to `0`): the seed of the generator's questions the foils are drawn from (the
+            independent judge draws its twins from another).
 
     Returns:
         `list[float | None]`: one score per completion.
@@ -273,6 +300,11 @@ def score_completions(
         answer = extract_answer(completion, gold, mode)
         if has_foreign_digits(answer) and not has_foreign_digits(gold):
             scores[i] = 0.0  # look-alike digits: the scorer would read them as the gold's
+            continue
+        if strict and is_copy(answer, str(parsed["entry"].get("question", "")), parsed["entry"].get("answer")):
+            scores[i] = 0.0  # built from the question without solving it
+            log_once(logger, "copied-text", "A reasoning-gym answer was copied from its question (a premise, a quoted "
+                     "statement, its numbers or last sentence); it scores 0 (logged once).")
             continue
         request = _request(parsed, answer)
         if request is not None:
@@ -298,13 +330,13 @@ def score_completions(
                      "are skipped (logged once).", starts, len(requests) - done)
             break
         starts += 1
-        replies, why = _run_server(requests[done:], timeout, isolate)
+        replies, why = _run_server(requests[done:], timeout, isolate, strict, foil_seed)
         if replies is None:  # never ready: infrastructure, not the answers
             log_once(logger, "start", "The reasoning-gym scorer could not start (%s); rows skipped (logged once).",
                      why)
             break
         for reply in replies[: len(requests) - done]:
-            scores[places[done]] = _verdict(reply)
+            scores[places[done]] = _strict(_verdict(reply), strict)
             done += 1
         if done < len(requests):  # it stopped mid-batch: the answer it was scoring caused that
             scores[places[done]] = _verdict(None)
@@ -313,7 +345,7 @@ def score_completions(
 
 
 def make_reasoning_gym_reward(timeout: float = DEFAULT_TIMEOUT, answer_mode: AnswerMode = "last_number",
-                              allow_unsandboxed: bool = False) -> Callable:
+                              allow_unsandboxed: bool = False, strict: bool = True) -> Callable:
     """Builds the `reasoning_gym` reward.
 
     Args:
@@ -323,6 +355,8 @@ def make_reasoning_gym_reward(timeout: float = DEFAULT_TIMEOUT, answer_mode: Ans
             `last_number` or `reply` (`extract_answer`; recipe: `reasoning_gym_answer`).
         allow_unsandboxed (`bool`, defaults to `False`): where no jail can run, score without one (recipe:
             `allow_unsandboxed_code_execution`).
+        strict (`bool`, defaults to `True`): full marks or nothing, copied answers nothing (recipe:
+            `reasoning_gym_strict`; `false` keeps the scorers' partial credit).
 
     Returns:
         `Callable`: `reasoning_gym_reward(completions, reasoning_gym, log_metric=None, **kwargs)`.
@@ -345,7 +379,7 @@ def make_reasoning_gym_reward(timeout: float = DEFAULT_TIMEOUT, answer_mode: Ans
             [1.0, 0.0]
         """
         records = per_sample(reasoning_gym, len(completions))
-        scores = score_completions(texts(completions), records, timeout, answer_mode, allow_unsandboxed)
+        scores = score_completions(texts(completions), records, timeout, answer_mode, allow_unsandboxed, strict)
         if log_metric is not None:
             log_metric("rewards/reasoning_gym/unjudgeable", float(sum(s is None for s in scores)))
         return scores

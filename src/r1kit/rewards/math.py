@@ -2,6 +2,10 @@
 
 All three judge correctness the same way (`r1kit.rewards.verify`), so a gold that parses for one parses for all, and
 all three score an unparseable gold `None` and count it in `rewards/<name>/unparseable_gold`.
+
+An answer that restates the question's computation instead of its result (`<answer>499+296</answer>` for `499+296=`:
+`r1kit.copies.restates_question`) is wrong, though math-verify evaluates it to the gold: copying the question into
+the answer is a rule that pays on every row. Counted in `rewards/<name>/copied`.
 """
 
 from __future__ import annotations
@@ -10,18 +14,38 @@ import math
 from collections.abc import Callable
 from itertools import groupby
 
+from r1kit.answers import all_boxed, last_answer
+from r1kit.copies import question_text, restates_question
 from r1kit.errors import ConfigError
 from r1kit.rewards.text import per_sample, texts
-from r1kit.rewards.verify import CORRECT, DEFAULT_TIMEOUT, TIMEOUT, UNPARSEABLE_GOLD, get_pool, judge_batch
+from r1kit.rewards.verify import CORRECT, DEFAULT_TIMEOUT, TIMEOUT, UNPARSEABLE_GOLD, WRONG, get_pool, judge_batch
+
+COPIED = "copied"  # an outcome: the answer restates the question (wrong)
 
 
-def _judge(name: str, completions, solution, log_metric, timeout: float, workers: int | None) -> list[str]:
+def copied(completion: str, gold, prompt) -> bool:
+    """Whether an answer the verifier may read (any `\\boxed{}`, the last `<answer>` block) restates the question's
+    computation (`restates_question`)."""
+    question = question_text(prompt)
+    if gold is None or not question:
+        return False
+    answers = all_boxed(completion[-20_000:]) + [last_answer(completion[-20_000:]) or ""]
+    return any(restates_question(answer, str(gold), question) for answer in answers if answer)
+
+
+def _judge(name: str, completions, solution, log_metric, timeout: float, workers: int | None,
+           prompts=None) -> list[str]:
     golds = per_sample(solution, len(completions))
-    outcomes = judge_batch(golds, texts(completions), timeout=timeout, workers=workers)
+    answers = texts(completions)
+    outcomes = judge_batch(golds, answers, timeout=timeout, workers=workers)
+    questions = per_sample(prompts, len(completions))
+    outcomes = [COPIED if o == CORRECT and copied(a, g, q) else o
+                for o, a, g, q in zip(outcomes, answers, golds, questions)]
     if log_metric is not None:
         log_metric(f"rewards/{name}/unparseable_gold", float(sum(o == UNPARSEABLE_GOLD for o in outcomes)))
         log_metric(f"rewards/{name}/timeouts", float(sum(o == TIMEOUT for o in outcomes)))
-    return outcomes
+        log_metric(f"rewards/{name}/copied", float(sum(o == COPIED for o in outcomes)))
+    return [WRONG if o == COPIED else o for o in outcomes]
 
 
 def make_accuracy_reward(timeout: float = DEFAULT_TIMEOUT, workers: int | None = None) -> Callable:
@@ -53,7 +77,7 @@ def make_accuracy_reward(timeout: float = DEFAULT_TIMEOUT, workers: int | None =
             >>> accuracy_reward([r"so \\boxed{4}", r"\\boxed{5}"], solution=["4", "4"])
             [1.0, 0.0]
         """
-        outcomes = _judge("accuracy", completions, solution, log_metric, timeout, workers)
+        outcomes = _judge("accuracy", completions, solution, log_metric, timeout, workers, kwargs.get("prompts"))
         return [None if o == UNPARSEABLE_GOLD else float(o == CORRECT) for o in outcomes]
 
     return accuracy_reward
@@ -141,7 +165,7 @@ def make_cosine_reward(min_value_wrong: float = -1.0, max_value_wrong: float = -
             >>> cosine_scaled_reward([r"\\boxed{4}"], solution=["4"], completion_ids=[[0] * 1000])
             [0.5]
         """
-        outcomes = _judge("cosine", completions, solution, log_metric, timeout, workers)
+        outcomes = _judge("cosine", completions, solution, log_metric, timeout, workers, kwargs.get("prompts"))
         return [
             None if o == UNPARSEABLE_GOLD else cosine_scaled(o == CORRECT, n, max_len, bounds)
             for o, n in zip(outcomes, _lengths(completions, completion_ids))
@@ -209,7 +233,7 @@ def make_length_reward(timeout: float = DEFAULT_TIMEOUT, workers: int | None = N
             >>> len_reward([r"\\boxed{4}", r"\\boxed{4}" + " " * 100], solution=["4", "4"])
             [0.5, -0.5]
         """
-        outcomes = _judge("length", completions, solution, log_metric, timeout, workers)
+        outcomes = _judge("length", completions, solution, log_metric, timeout, workers, prompts)
         correct = [None if o == UNPARSEABLE_GOLD else o == CORRECT for o in outcomes]
         lengths = _lengths(completions, completion_ids)
         rewards: list[float | None] = [None] * len(completions)

@@ -23,11 +23,15 @@ Degenerate answers earn nothing (the reward must not pay what the scorer's rules
   at least what it scores on its own question (coin_flip's "0" on every probability below 1), or one that earns on
   a foil more than its own question's gold earns there (it carries another question's answer: "off on undetermined"
   is paid by acre's containment credit on every row). A question from which the scorer tells no foil apart cannot
-  be judged. Which foils a question is told apart from is kept for its next answers (`Scorer.foil_check`).
+  be judged. Which foils a question is told apart from is kept for its next answers (`Scorer.foil_check`);
+- strict (the header's `strict`, the reward's default): an answer to a question that lists its premises
+  (propositional_logic) is copied, and scores 0 (`{"degenerate": "copied"}`), when one premise alone gives it or
+  when it only restates several premises together; a question whose premises contradict each other pays every
+  answer and cannot be judged (`Scorer.premise_check`).
 
-Header: {"paths": [...], "timeout": seconds}. Request: {"generator", "options", "entry", "answer"}, tuples, sets
+Header: {"paths": [...], "timeout": seconds, "strict": bool, "seed": the foils' seed (0)}. Request: {"generator", "options", "entry", "answer"}, tuples, sets
 and non-string-keyed dicts tagged as r1kit's records tag them (`decode_value`). Reply lines: {"ready": true}, then
-per request in order {"score": x} | {"score": 0.0, "degenerate": "constant"} | {"error": "time" | "crash" |
+per request in order {"score": x} | {"score": 0.0, "degenerate": "constant" | "copied"} | {"error": "time" | "crash" |
 <exception name>} | {"unjudgeable": <why>}.
 """
 
@@ -206,6 +210,7 @@ def decode_value(value):
 
 
 FULL_MARKS = 1.0 - 1e-9
+MAX_PREMISES = 12  # premises a strict premise check reads (propositional_logic gives 2 to 4)
 FOILS = 3  # foils (the generator's questions, gold differing) an answer with a positive score is checked against
 FOIL_POOL = 8  # questions of the generator drawn at most to find them (a True/False generator repeats its golds)
 GOLD_DIGITS = 6  # a gold's score on a foil, as the child reports it
@@ -260,6 +265,39 @@ class Scorer:
             if carried and there > gold_there + 10.0 ** -GOLD_DIGITS:
                 return "constant", told_apart
         return "ok", told_apart
+
+    def premise_check(self, answer: str, entry) -> str:
+        """For an entry that lists its premises (`metadata.premises`, propositional_logic, whose scorer pays any
+        valid conclusion): "copied" when one premise alone entails the answer (a premise, `(Q ∧ Q)`, `(Q ∨ P)` from
+        `Q`) or the answer is equivalent to several premises together (their conjunction); "blind" when the premises
+        contradict each other (they entail the answer's negation too: every answer is paid); else "ok". Entries of
+        other generators, and answers the generator's own parser cannot read, are "ok" (the score decides)."""
+        metadata = entry.get("metadata") if isinstance(entry, dict) else None
+        premises = metadata.get("premises") if isinstance(metadata, dict) else None
+        logic = self.logic()
+        if logic is None or not isinstance(premises, list) or not 0 < len(premises) <= MAX_PREMISES:
+            return "ok"
+        parse, valid = logic
+        try:
+            given = [parse(p) for p in premises if isinstance(p, str)]
+            claim, negation = parse(answer), parse(f"¬({answer})")
+            if valid(given, negation):
+                return "blind"
+            if any(valid([p], claim) for p in given):
+                return "copied"
+            restated = [p for p in given if valid([claim], p)]
+            return "copied" if len(restated) > 1 and valid(restated, claim) else "ok"
+        except Exception:  # noqa: BLE001 - an answer the parser refuses: its score already says so
+            return "ok"
+
+    def logic(self):
+        """(parse, entails) of a generator whose dataset checks conclusions by truth table, or None."""
+        module = sys.modules.get(type(self.dataset).__module__)
+        expression = getattr(module, "Expression", None)
+        valid = getattr(self.dataset, "_is_valid_conclusion", None)
+        if expression is None or valid is None or not hasattr(expression, "from_string"):
+            return None
+        return expression.from_string, valid
 
     def foils_told_apart(self, entry):
         """The first FOILS foils of the pool the scorer tells apart from `entry` both ways (neither's gold takes full
@@ -323,7 +361,7 @@ def parse_told_apart(text: str) -> list:
     return found
 
 
-def score_in_child(scorer, answer, entry, told_apart, timeout, write_fd) -> None:
+def score_in_child(scorer, answer, entry, told_apart, timeout, write_fd, strict=False) -> None:
     """The forked child: isolate, limit, score, report, exit (never returns)."""
     try:
         null = os.open("/dev/null", os.O_RDWR)
@@ -341,6 +379,8 @@ def score_in_child(scorer, answer, entry, told_apart, timeout, write_fd) -> None
         os.write(write_fd, (repr(score)[:RESULT_BYTES] + "\n").encode())
         if score > 0:
             outcome, foils = scorer.foil_check(answer, score, entry, told_apart)
+            if outcome == "ok" and strict:
+                outcome = scorer.premise_check(answer, entry)
             os.write(write_fd, f"{outcome} {told_apart_line(foils)}\n".encode())
     except BaseException as e:  # noqa: BLE001 - whatever the answer caused is its own verdict
         os.write(write_fd, ("!" + type(e).__name__)[:RESULT_BYTES].encode() + b"\n")
@@ -382,8 +422,8 @@ def child_verdict(read_fd, timeout) -> tuple:
     told_apart = parse_told_apart(foils)
     if outcome == "ok":
         return result, told_apart
-    if outcome == "constant":
-        return {"score": 0.0, "degenerate": "constant"}, told_apart
+    if outcome in ("constant", "copied"):
+        return {"score": 0.0, "degenerate": outcome}, told_apart
     if outcome == "blind":
         return {"unjudgeable": "its scorer pays other questions' answers on it, so cannot tell them apart"}, "blind"
     return {"error": "crash"}, None
@@ -474,7 +514,7 @@ def main() -> None:
     lines = sys.stdin.buffer
     header = json.loads(lines.readline())
     sys.path[:0] = header["paths"]
-    timeout = float(header["timeout"])
+    timeout, strict, seed = float(header["timeout"]), bool(header.get("strict")), int(header.get("seed", 0))
     import reasoning_gym
 
     scorers = {}
@@ -485,7 +525,8 @@ def main() -> None:
         key = json.dumps([request["generator"], request["options"]], sort_keys=True)
         try:
             if key not in scorers:
-                dataset = reasoning_gym.create_dataset(request["generator"], size=FOIL_POOL, seed=0, **request["options"])
+                dataset = reasoning_gym.create_dataset(request["generator"], size=FOIL_POOL, seed=seed,
+                                                       **request["options"])
                 warm_up(dataset)
                 scorers[key] = Scorer(request["generator"], dataset)
             scorers[key].grow_pool(request["entry"].get("answer"))
@@ -501,7 +542,7 @@ def main() -> None:
         if child == 0:
             if os.getppid() != 1:
                 os.setpgid(0, 0)
-            score_in_child(scorers[key], request["answer"], request["entry"], told_apart, timeout, write_fd)
+            score_in_child(scorers[key], request["answer"], request["entry"], told_apart, timeout, write_fd, strict)
         os.close(write_fd)
         result, found = child_verdict(read_fd, timeout)
         if found is not None and question is not None:  # the next answers to this question skip that half

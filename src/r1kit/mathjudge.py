@@ -1,0 +1,453 @@
+"""An independent math judge: a parser and evaluator of its own (not math-verify's, not sympy), over the answer grammar
+the math rewards accept, for the second opinion and the wires.
+
+    numbers       integers (thousands commas), decimals, `a/b`, `\\frac{a}{b}` (`\\dfrac`, `\\tfrac`, `\\frac12`)
+    radicals      `\\sqrt{x}`, `\\sqrt[n]{x}`, `√x`, powers `a^{b}`, `\\pi`, `e`, `\\infty`, `\\ln`, `\\log`, `\\exp`,
+                  `\\sin`, `\\cos`, `\\tan`; `+ - * / \\cdot \\times \\div`, implicit products (`2\\sqrt{3}`, `3x`)
+    structures    intervals and tuples `(a, b]`, sets `\\{a, b\\}`, several answers `a, b` (a set), `x = a`
+    percentages   `5\\%` is 5 (one reading, as the rewards read it); units: `\\text{ cm}`, `^\\circ`, a trailing word
+
+Values compare exactly as fractions where both sides are rational, else numerically (relative 1e-6); an expression
+in variables compares by its values at fixed points. A verdict is True, False, or None when the judge cannot read
+the gold or the answer (counted by the second opinion as unchecked, never a disagreement). Deliberately stricter
+than an evaluator: an answer that restates the question's numbers (`499+296`, `499 296` for `499+296=`: more numbers
+than the gold, all of them the question's) is wrong; several values where the gold is one (a hedge) are wrong.
+
+Bounded: an answer of at most `MAX_CHARS` characters, nesting of at most `MAX_DEPTH`, exact powers of at most
+`MAX_EXACT_DIGITS` digits (past that, floating point; past floating point, unjudgeable).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from fractions import Fraction
+
+MAX_CHARS = 2_000
+MAX_DEPTH = 60
+MAX_EXACT_DIGITS = 2_000
+RELATIVE = 1e-6
+POINTS = (0.37, 1.91, -2.3)  # where expressions in variables are compared
+
+Verdict = bool | None
+
+
+class Unreadable(ValueError):
+    """Outside the grammar (or past a bound): the judge cannot read it."""
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Text to tokens
+# --------------------------------------------------------------------------------------------------------------------
+_DROP = ("\\left", "\\right", "\\displaystyle", "\\!", "\\,", "\\;", "\\:", "\\quad", "\\qquad", "\\ ", "~", "$",
+         "\\(", "\\)", "\\[", "\\]", "\\big", "\\Big")
+_REPLACE = {"\\dfrac": "\\frac", "\\tfrac": "\\frac", "\\cdot": "*", "\\times": "*", "\\div": "/", "×": "*", "·": "*",
+            "÷": "/", "−": "-", "π": "\\pi", "∞": "\\infty", "√": "\\sqrt", "\\lbrace": "\\{", "\\rbrace": "\\}"}
+_DEGREES = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|°|\\degree")
+_TEXT = re.compile(r"\\(?:text|mathrm|textbf|mbox|operatorname|mathbf)\s*\{([^{}]*)\}")
+_WORDS = re.compile(r"\b(?:or|and)\b")
+_TRAILING_UNIT = re.compile(r"(?<=[\d}).])\s*(?:[A-Za-z]{2,}\.?\s*)+(?:\^\{?\d\}?)?$")
+_THOUSANDS = re.compile(r"^-?\d{1,3}(?:,\d{3})+(?:\.\d+)?$")
+_TOKEN = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+|\\[A-Za-z]+|\\\{|\\\}|\\%|[A-Za-z]|[-+*/^(){}\[\],=%!<>|])")
+FUNCTIONS = {"\\ln": math.log, "\\log": math.log10, "\\exp": math.exp, "\\sin": math.sin, "\\cos": math.cos,
+             "\\tan": math.tan}
+
+
+def _text_part(match: re.Match) -> str:
+    """`\\text{...}`: a word of letters (a unit, "or") is dropped or kept as a word; anything else is read."""
+    inner = match[1].strip()
+    if inner in ("or", "and"):
+        return ","
+    return "" if re.fullmatch(r"[A-Za-z .]*", inner) else inner
+
+
+def clean(text: str) -> str:
+    """The answer's text with formatting, units and degree signs dropped, words `or`/`and` made commas."""
+    text = str(text).strip()
+    if len(text) > MAX_CHARS:
+        raise Unreadable("too long")
+    text = _TEXT.sub(_text_part, text)
+    text = _DEGREES.sub("", text)
+    for old in _DROP:
+        text = text.replace(old, "")
+    for old, new in _REPLACE.items():
+        text = text.replace(old, new)
+    text = _WORDS.sub(",", text).strip().rstrip(".").strip()
+    text = re.sub(r"^[A-Za-z]\s*=(?!=)", "", text).strip()  # x = 5
+    if _THOUSANDS.match(text):
+        text = text.replace(",", "")
+    return text
+
+
+def tokens(text: str) -> list[str]:
+    found, at = [], 0
+    while at < len(text):
+        match = _TOKEN.match(text, at)
+        if match is None:
+            if text[at:].strip():
+                raise Unreadable(f"cannot read {text[at:at + 20]!r}")
+            break
+        found.append(match[1])
+        at = match.end()
+    return found
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Tokens to a tree: ("num", Fraction) ("var", x) ("const", name) ("op", sym, a, b) ("neg", a) ("root", a, n)
+# ("fn", name, a) ("seq", open, items, close) ("set", items) ("list", items)
+# --------------------------------------------------------------------------------------------------------------------
+class Parser:
+    def __init__(self, toks: list[str]):
+        self.toks, self.at, self.depth = toks, 0, 0
+
+    def peek(self) -> str | None:
+        return self.toks[self.at] if self.at < len(self.toks) else None
+
+    def take(self, expected: str | None = None) -> str:
+        tok = self.peek()
+        if tok is None or (expected is not None and tok != expected):
+            raise Unreadable(f"expected {expected or 'more'}, got {tok}")
+        self.at += 1
+        return tok
+
+    def whole(self):
+        items = [self.item()]
+        while self.peek() == ",":
+            self.take(",")
+            items.append(self.item())
+        if self.peek() is not None:
+            raise Unreadable(f"left over: {self.toks[self.at:self.at + 3]}")
+        return items[0] if len(items) == 1 else ("list", items)
+
+    def nested(self):
+        self.depth += 1
+        if self.depth > MAX_DEPTH:
+            raise Unreadable("nested too deep")
+
+    def item(self):
+        if self.peek() == "\\{":
+            self.take()
+            self.nested()
+            items = [] if self.peek() == "\\}" else [self.item()]
+            while self.peek() == ",":
+                self.take()
+                items.append(self.item())
+            self.take("\\}")
+            self.depth -= 1
+            return ("set", items)
+        return self.expr()
+
+    def expr(self):
+        sign = self.take() if self.peek() in ("+", "-") else "+"
+        node = self.term()
+        node = ("neg", node) if sign == "-" else node
+        while self.peek() in ("+", "-"):
+            op = self.take()
+            node = ("op", op, node, self.term())
+        return node
+
+    def term(self):
+        node = self.power()
+        while True:
+            tok = self.peek()
+            if tok in ("*", "/"):
+                self.take()
+                node = ("op", tok, node, self.power())
+            elif tok is not None and self.starts_atom(tok):
+                if node[0] == "num" and tok[0].isdigit():
+                    raise Unreadable("two numbers side by side")  # `499 296`: no value, a list at best
+                node = ("op", "*", node, self.power())
+            else:
+                return node
+
+    @staticmethod
+    def starts_atom(tok: str) -> bool:
+        return tok[0].isdigit() or tok[0] == "." or tok.isalpha() or tok in ("(", "\\frac", "\\sqrt", "\\pi",
+                                                                              "\\infty") or tok in FUNCTIONS
+
+    def power(self):
+        base = self.postfix()
+        if self.peek() != "^":
+            return base
+        self.take("^")
+        if self.peek() == "{":
+            exponent = self.group()
+        elif self.peek() == "-":
+            self.take()
+            exponent = ("neg", self.postfix())
+        else:
+            exponent = self.single()
+        return ("op", "^", base, exponent)
+
+    def postfix(self):
+        node = self.atom()
+        if self.peek() in ("%", "\\%"):
+            self.take()  # one reading: 5% is 5, as the rewards read it
+        return node
+
+    def single(self):
+        """One token as an argument (`\\frac12`, `x^2`): a digit of a number, a letter, or an atom."""
+        tok = self.peek()
+        if tok is not None and tok[0].isdigit() and len(tok) > 1 and "." not in tok:
+            self.toks[self.at] = tok[1:]
+            return ("num", Fraction(int(tok[0])))
+        return self.atom()
+
+    def group(self):
+        if self.peek() == "{":
+            self.take("{")
+            self.nested()
+            node = self.expr()
+            self.take("}")
+            self.depth -= 1
+            return node
+        return self.single()
+
+    def atom(self):
+        tok = self.take()
+        if tok[0].isdigit() or tok[0] == ".":
+            return ("num", Fraction(tok if not tok.endswith(".") else tok[:-1]))
+        if tok == "\\frac":
+            return ("op", "/", self.group(), self.group())
+        if tok == "\\sqrt":
+            index = None
+            if self.peek() == "[":
+                self.take("[")
+                index = self.expr()
+                self.take("]")
+            return ("root", self.group(), index)
+        if tok in ("\\pi", "\\infty"):
+            return ("const", tok[1:])
+        if tok in FUNCTIONS:
+            return ("fn", tok, self.group() if self.peek() == "{" else self.power())
+        if tok.isalpha() and len(tok) == 1:
+            return ("const", "e") if tok == "e" else ("var", tok)
+        if tok in ("(", "[", "{"):
+            return self.bracketed(tok)
+        raise Unreadable(f"cannot read {tok!r}")
+
+    def bracketed(self, opening: str):
+        self.nested()
+        items = [self.expr()]
+        while self.peek() == ",":
+            self.take(",")
+            items.append(self.expr())
+        closing = self.take()
+        if closing not in (")", "]", "}") or (opening == "{" and closing != "}"):
+            raise Unreadable("unbalanced brackets")
+        self.depth -= 1
+        if len(items) == 1 and opening + closing in ("()", "{}", "[]"):
+            return items[0]
+        return ("seq", opening, items, closing)
+
+
+_WORD = re.compile(r"(?<![\\A-Za-z])[A-Za-z]{3,}")
+
+
+def parse(text: str):
+    """The tree of an answer; raises `Unreadable` outside the grammar (a word of three letters or more included:
+    not a product of variables)."""
+    cleaned = clean(text)
+    stripped = _TRAILING_UNIT.sub("", cleaned).strip()  # `5 cm`, `12 dollars`: the unit dropped
+    if stripped and stripped != cleaned and _parses(stripped):
+        cleaned = stripped
+    if not cleaned:
+        raise Unreadable("empty")
+    if _WORD.search(cleaned):
+        raise Unreadable("a word")
+    return Parser(tokens(cleaned)).whole()
+
+
+def _parses(text: str) -> bool:
+    try:
+        Parser(tokens(text)).whole()
+    except (Unreadable, RecursionError):
+        return False
+    return not _WORD.search(text)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Evaluation: exact fractions where it can, floats where it must
+# --------------------------------------------------------------------------------------------------------------------
+Number = Fraction | float
+
+
+def _power(base: Number, exponent: Number) -> Number:
+    if isinstance(base, Fraction) and isinstance(exponent, Fraction) and exponent.denominator == 1:
+        digits = abs(exponent.numerator) * max(len(str(abs(base.numerator))), len(str(base.denominator)))
+        if digits <= MAX_EXACT_DIGITS:
+            if base == 0 and exponent < 0:
+                raise Unreadable("division by zero")
+            return base ** int(exponent)
+    return float(base) ** float(exponent)
+
+
+def _root(value: Number, index: Number) -> Number:
+    if isinstance(value, Fraction) and isinstance(index, Fraction) and index.denominator == 1 and 1 < index <= 64:
+        n = int(index)
+        if value >= 0:
+            top, bottom = round(value.numerator ** (1 / n)), round(value.denominator ** (1 / n))
+            if top ** n == value.numerator and bottom ** n == value.denominator:
+                return Fraction(top, bottom)
+    if value < 0 and isinstance(index, Fraction) and index.denominator == 1 and int(index) % 2 == 1:
+        return -(float(-value) ** (1 / float(index)))
+    return float(value) ** (1 / float(index))
+
+
+def evaluate(node, env: dict[str, float]) -> Number:
+    """The value of a scalar tree; raises `Unreadable` for what has none (a set where a number goes, 1/0, a complex
+    result, an overflow)."""
+    try:
+        value = _evaluate(node, env)
+    except (ZeroDivisionError, OverflowError, ValueError, TypeError) as e:
+        raise Unreadable(str(e)) from None
+    if isinstance(value, complex) or (isinstance(value, float) and math.isnan(value)):
+        raise Unreadable("not a real number")
+    return value
+
+
+def _evaluate(node, env):
+    kind = node[0]
+    if kind == "num":
+        return node[1]
+    if kind == "var":
+        if node[1] not in env:
+            raise Unreadable(f"a variable {node[1]}")
+        return env[node[1]]
+    if kind == "const":
+        return {"pi": math.pi, "e": math.e, "infty": math.inf}[node[1]]
+    if kind == "neg":
+        return -_evaluate(node[1], env)
+    if kind == "root":
+        index = Fraction(2) if node[2] is None else _evaluate(node[2], env)
+        return _root(_evaluate(node[1], env), index)
+    if kind == "fn":
+        return FUNCTIONS[node[1]](float(_evaluate(node[2], env)))
+    if kind == "op":
+        a, b = _evaluate(node[2], env), _evaluate(node[3], env)
+        if node[1] == "^":
+            return _power(a, b)
+        if isinstance(a, float) or isinstance(b, float):
+            a, b = float(a), float(b)
+        return {"+": lambda: a + b, "-": lambda: a - b, "*": lambda: a * b, "/": lambda: a / b}[node[1]]()
+    raise Unreadable(f"a {kind} where a number goes")
+
+
+def variables(node) -> set[str]:
+    """The variables a tree names."""
+    if isinstance(node, list):
+        return set().union(*(variables(item) for item in node))
+    if not isinstance(node, tuple):
+        return set()
+    if node[0] == "var":
+        return {node[1]}
+    return set().union(*(variables(part) for part in node[1:]))
+
+
+def numbers(node) -> list[Fraction]:
+    """The number literals of a tree, in order."""
+    if isinstance(node, list):
+        return [n for item in node for n in numbers(item)]
+    if not isinstance(node, tuple):
+        return []
+    if node[0] == "num":
+        return [node[1]]
+    return [n for part in node[1:] for n in numbers(part)]
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Comparison
+# --------------------------------------------------------------------------------------------------------------------
+def close(a: Number, b: Number) -> bool:
+    if isinstance(a, Fraction) and isinstance(b, Fraction):
+        return a == b
+    a, b = float(a), float(b)
+    if math.isinf(a) or math.isinf(b):
+        return a == b
+    return abs(a - b) <= RELATIVE * max(1.0, abs(a), abs(b))
+
+
+def scalar_equal(gold, answer) -> bool:
+    names = variables(gold) | variables(answer)
+    if not names:
+        return close(evaluate(gold, {}), evaluate(answer, {}))
+    if not variables(answer) <= variables(gold):
+        return False
+    names = sorted(names)
+    for shift in range(3):  # points where both are defined: a pole at one point is no verdict
+        env = {name: POINTS[(k + shift) % len(POINTS)] + 0.11 * k for k, name in enumerate(names)}
+        try:
+            return all(close(evaluate(gold, point), evaluate(answer, point))
+                       for point in (env, {n: v * 1.7 + 0.3 for n, v in env.items()}))
+        except Unreadable:
+            continue
+    raise Unreadable("no point where both are defined")
+
+
+def equal(gold, answer) -> bool:
+    """Whether two trees name the same value (sets and several answers in any order, sequences in order with the
+    same brackets)."""
+    kinds = gold[0], answer[0]
+    if kinds[0] in ("set", "list") or kinds[1] in ("set", "list"):
+        mine, theirs = _members(gold), _members(answer)
+        if len(mine) != len(theirs):
+            return False
+        left = list(theirs)
+        for item in mine:
+            match = next((k for k, other in enumerate(left) if equal(item, other)), None)
+            if match is None:
+                return False
+            left.pop(match)
+        return True
+    if kinds[0] == "seq" or kinds[1] == "seq":
+        if kinds[0] != kinds[1] or (gold[1], gold[3]) != (answer[1], answer[3]) or len(gold[2]) != len(answer[2]):
+            return False
+        return all(equal(g, a) for g, a in zip(gold[2], answer[2]))
+    return scalar_equal(gold, answer)
+
+
+def _members(node) -> list:
+    return node[1] if node[0] in ("set", "list") else [node]
+
+
+def restates(answer, gold, question: str | None) -> bool:
+    """The answer holds more numbers than the gold, at least two, and every one of them is one of the question's."""
+    if not question:
+        return False
+    used = numbers(answer)
+    if len(used) < 2 or len(used) <= len(numbers(gold)):
+        return False
+    given = {Fraction(n) for n in re.findall(r"\d+(?:\.\d+)?", str(question)[-20_000:], re.ASCII)}
+    return all(n in given for n in used)
+
+
+def judge(answer_text: str | None, gold_text, question: str | None = None) -> Verdict:
+    """True when the answer equals the gold, False when it does not (or restates the question, or hedges several
+    values for one), None when the gold or the answer is outside the grammar. No answer at all is False."""
+    try:
+        gold = parse(str(gold_text))
+    except (Unreadable, RecursionError):
+        return None
+    if answer_text is None or not str(answer_text).strip():
+        return False
+    try:
+        answer = parse(answer_text)
+    except (Unreadable, RecursionError):
+        return _hedge(answer_text, gold)
+    if gold[0] not in ("list", "set") and answer[0] == "list":
+        return False  # several answers for one gold: a hedge
+    if restates(answer, gold, question):
+        return False
+    try:
+        return equal(gold, answer)
+    except (Unreadable, RecursionError):
+        return None
+
+
+def _hedge(answer_text: str, gold) -> Verdict:
+    """An answer the grammar cannot read as one value: several plain numbers for a one-value gold are a hedge
+    (False); anything else is unreadable (None)."""
+    found = re.findall(r"-?\d+(?:\.\d+)?", str(answer_text)[:MAX_CHARS], re.ASCII)
+    if gold[0] not in ("list", "set") and len(found) >= 2 and not re.search(r"[A-Za-z\\]", str(answer_text)):
+        return False
+    return None
