@@ -255,3 +255,33 @@ class ShardingRecord(TrainerCallback):
             return
         self.done = True
         record_holdings(trainer.accelerator, trainer.model, trainer.optimizer, args, args.output_dir)
+
+
+class ShardedAsLaunched:
+    """For a transformers trainer (GRPO's and SFT's): FSDP on ranks without a GPU, which accelerate builds from the
+    launch and drops (`r1kit.sharding.enable_fsdp_on_cpu`), and OUTPUT_DIR/sharding.json, what each rank holds after
+    the first optimizer step (`ShardingRecord`)."""
+
+    def create_accelerator_and_postprocess(self) -> None:
+        super().create_accelerator_and_postprocess()
+        if enable_fsdp_on_cpu(self.accelerator):
+            self.is_fsdp_enabled = True  # what transformers derives from the plugin right after creating it
+
+    def add_sharding_record(self) -> None:
+        self.add_callback(ShardingRecord(self))
+
+    def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
+        """Checkpoints as the launch says (FSDP's sharded state dict: each rank its shard); the final model always
+        whole, as `from_pretrained` loads it (transformers writes no weights at all for a final save under a sharded
+        FSDP state dict)."""
+        if _internal_call or not (self.is_fsdp_enabled and fsdp_saves_sharded(self.accelerator)):
+            return super().save_model(output_dir, _internal_call)
+        output_dir = output_dir or self.args.output_dir
+        state_dict = self.accelerator.get_state_dict(self.model)  # a collective: gathered whole on the main process
+        if self.args.should_save:
+            self._save(output_dir, state_dict=state_dict)
+
+
+def fsdp_saves_sharded(accelerator) -> bool:
+    plugin = getattr(accelerator.state, "fsdp_plugin", None)
+    return plugin is not None and "SHARDED" in str(plugin.state_dict_type)

@@ -66,8 +66,9 @@ from r1kit.errors import ConfigError
 from r1kit.machine import vllm_is_cpu_build
 from r1kit.passchoice import PassRunner
 from r1kit.rewardtap import RECENT_REWARD_WARNINGS, checked_reward, watch_reward_warnings
-from r1kit.sharding import ShardingRecord, enable_fsdp_on_cpu
+from r1kit.sharding import ShardedAsLaunched
 from r1kit.tools import PythonInterpreter, prefetch
+from r1kit.unjudged import UnjudgedWatch, own_rows, reward_kind
 from r1kit.vllm_front import authenticated_client
 from r1kit.weightsync import Unsupported, iter_layer_weights, lora_layers
 
@@ -225,36 +226,6 @@ class StopOnNonFiniteGradients:
         return grad_norm
 
 
-class ShardedAsLaunched:
-    """For a transformers trainer (GRPO's and SFT's): FSDP on ranks without a GPU, which accelerate builds from the
-    launch and drops (`r1kit.sharding.enable_fsdp_on_cpu`), and OUTPUT_DIR/sharding.json, what each rank holds after
-    the first optimizer step (`ShardingRecord`)."""
-
-    def create_accelerator_and_postprocess(self) -> None:
-        super().create_accelerator_and_postprocess()
-        if enable_fsdp_on_cpu(self.accelerator):
-            self.is_fsdp_enabled = True  # what transformers derives from the plugin right after creating it
-
-    def add_sharding_record(self) -> None:
-        self.add_callback(ShardingRecord(self))
-
-    def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
-        """Checkpoints as the launch says (FSDP's sharded state dict: each rank its shard); the final model always
-        whole, as `from_pretrained` loads it (transformers writes no weights at all for a final save under a sharded
-        FSDP state dict)."""
-        if _internal_call or not (self.is_fsdp_enabled and fsdp_saves_sharded(self.accelerator)):
-            return super().save_model(output_dir, _internal_call)
-        output_dir = output_dir or self.args.output_dir
-        state_dict = self.accelerator.get_state_dict(self.model)  # a collective: gathered whole on the main process
-        if self.args.should_save:
-            self._save(output_dir, state_dict=state_dict)
-
-
-def fsdp_saves_sharded(accelerator) -> bool:
-    plugin = getattr(accelerator.state, "fsdp_plugin", None)
-    return plugin is not None and "SHARDED" in str(plugin.state_dict_type)
-
-
 def zero3_safe_lm_head_gather() -> None:
     """TRL's fused LM head gathers ZeRO-3's partitioned `lm_head` again in its backward, from the tensors autograd saved;
     those come back without DeepSpeed's attributes (`ds_status`: trl#7065's review), so every ZeRO-3 backward raised
@@ -329,10 +300,11 @@ class R1Trainer(ShardedAsLaunched, StopOnNonFiniteGradients, GRPOTrainer):
         elif cpu_vllm:
             self.vllm_generation.sync_weights = functools.partial(reload_vllm_weights, self.vllm_generation)
         self.colocated_engine = self._colocated_engine()  # None, or the engine the held-out callback shares
+        self.unjudged = UnjudgedWatch(self.reward_func_names, [reward_kind(f) for f in self.reward_funcs],
+                                      self.args.unjudged_share_limit)  # (read before the wrapping below)
         self.reward_funcs = [f if isinstance(f, torch.nn.Module) else checked_reward(f, name)
                              for f, name in zip(self.reward_funcs, self.reward_func_names)]
         self.reward_listeners = list(reward_listeners or [])
-        self._unjudged_streak: dict[int, int] = {}  # reward index -> generation batches running left unjudged
         watch_reward_warnings()
         self.dynamic_sampling = self.args.dynamic_sampling
         self.max_rounds = self.args.dynamic_sampling_max_rounds if self.dynamic_sampling else 1
@@ -377,7 +349,7 @@ class R1Trainer(ShardedAsLaunched, StopOnNonFiniteGradients, GRPOTrainer):
         for listener in self.reward_listeners:
             listener(self, prompts, completions, host, inputs)
         if self.model.training:
-            self._stop_if_unjudged(host)
+            self._stop_if_unjudged(host, inputs)
         return rewards
 
     # --- tool use ---------------------------------------------------------------------------------------------------
@@ -395,7 +367,9 @@ class R1Trainer(ShardedAsLaunched, StopOnNonFiniteGradients, GRPOTrainer):
         if environment is None:
             return super()._tool_call_loop(prompts, prompt_ids, completion_ids, completions, logprobs, images,
                                            multimodal_fields)
+        started = time.monotonic()
         prefetch(environment, [completion[:1] for completion in completions])
+        self._tool_seconds = time.monotonic() - started  # wall time of the batch's programs (logged with the rewards)
         generate = self._generate_single_turn
         patched = self.__dict__.get("_generate_single_turn")  # (an instance's own, put back after)
 
@@ -403,7 +377,9 @@ class R1Trainer(ShardedAsLaunched, StopOnNonFiniteGradients, GRPOTrainer):
             post_tool_ids, post_tool_logprobs = generate(ids, *args, **kwargs)
             turns = [parse_response(self._tokenizer, seq, prefix=prefix, tools=self.tools) if seq else {}
                      for seq, prefix in zip(post_tool_ids, ids)]
+            started = time.monotonic()
             prefetch(environment, turns)
+            self._tool_seconds += time.monotonic() - started
             return post_tool_ids, post_tool_logprobs
 
         self._generate_single_turn = generate_then_prefetch
@@ -429,25 +405,22 @@ class R1Trainer(ShardedAsLaunched, StopOnNonFiniteGradients, GRPOTrainer):
         metrics = self._metrics["train" if self.model.training else "eval"]
         for name, value in zip(TOOL_METRICS, means):
             metrics[name].append(value)
+        metrics["tools/batch_seconds"].append(getattr(self, "_tool_seconds", 0.0))
 
-    def _stop_if_unjudged(self, rewards: torch.Tensor) -> None:
-        """Stops the run when a reward leaves `unjudged_share_limit` of its rows unjudged (NaN in TRL's gathered
-        tensor: the reward returned None) in two generation batches running: it judges nothing (test cases out of
-        reach, no sandbox), and training on the other rewards alone would go unnoticed. Every rank sees the same
-        gathered rewards, so every rank stops together."""
-        limit = self.args.unjudged_share_limit
-        if limit is None or rewards.numel() == 0:
+    def _stop_if_unjudged(self, rewards: torch.Tensor, inputs: list[dict]) -> None:
+        """Stops the run when a reward leaves `unjudged_share_limit` of the rows it names as its own unjudged (NaN in
+        TRL's gathered tensor: the reward returned None), or no reward judges that share of the rows some reward
+        names, in two generation batches running (`r1kit.unjudged`: a reward that names no rows, as TRL's multi-task
+        rewards, is left to TRL). Every rank sees the same gathered rows, so every rank stops together."""
+        if not self.unjudged.active or rewards.numel() == 0:
             return
-        shares = torch.isnan(rewards).float().mean(dim=0).tolist()
-        for i, (name, share) in enumerate(zip(self.reward_func_names, shares)):
-            self._unjudged_streak[i] = self._unjudged_streak.get(i, 0) + 1 if share >= limit else 0
-            if self._unjudged_streak[i] >= 2:
-                recent = "; ".join(RECENT_REWARD_WARNINGS.recent) or "none logged"
-                raise ConfigError(
-                    f"reward '{name}' left {share:.0%} of the rows unjudged (None) in two generation batches running "
-                    f"(unjudged_share_limit {limit:g}), so it trains nothing. Its latest warnings: {recent}. Fix the "
-                    "cause (test cases out of reach, the sandbox, the rows), or set unjudged_share_limit: null to "
-                    "train anyway")
+        own = torch.tensor(own_rows(inputs, self.unjudged.kinds), dtype=torch.bool, device=self.accelerator.device)
+        own = self.accelerator.gather(own).cpu()  # in the order TRL gathered the rewards: rank by rank
+        stop = self.unjudged.check(torch.isnan(rewards).tolist(), own.tolist())
+        if stop is not None:
+            recent = "; ".join(RECENT_REWARD_WARNINGS.recent) or "none logged"
+            raise ConfigError(f"{stop}. Its latest warnings: {recent}. Fix the cause (test cases out of reach, the "
+                              "sandbox, the rows), or set unjudged_share_limit: null to train anyway")
 
     def _generate_and_score_completions(self, inputs):
         if self.picker is None or not self.model.training:
