@@ -50,11 +50,23 @@ def none_on_even_rows(completions, **kwargs):
     return [None if i % 2 == 0 else 1.0 for i in range(len(completions))]
 
 
+none_on_even_rows.r1kit_columns = ("solution",)  # the rows it judges (r1kit.unjudged): every row here
+
+
 def judges_nothing(completions, **kwargs):
-    """None for every completion, with the warning a reward logs when its tests are out of reach."""
+    """None for every completion, with the warning a reward logs when its tests are out of reach (it names the rows
+    it should judge: every row with a solution, so it can never judge)."""
     import logging
 
     logging.getLogger("r1kit.rewards.tests").warning("test cases out of reach: nothing to run")
+    return [None] * len(completions)
+
+
+judges_nothing.r1kit_columns = ("solution",)
+
+
+def not_applicable(completions, **kwargs):
+    """None for every completion and no rows named as its own: TRL's multi-task reward for rows of another kind."""
     return [None] * len(completions)
 
 
@@ -115,3 +127,26 @@ def gated_length_variety(completions, **kwargs):
         while not (Path(gate) / "go").exists() and time.monotonic() < deadline:
             time.sleep(0.1)
     return length_variety(completions)
+
+
+def copy_paying(probe: str):
+    """A gameable reward, planted for the copy-probe tests: 1.0 when the reply's answer is one of the answers that
+    copy probe `probe` builds from the question (`r1kit.copies`), 0.0 otherwise."""
+    from r1kit.answers import final_answer, last_boxed
+    from r1kit.copies import copy_answers, normalised, question_text
+
+    def reward(prompts, completions, **kwargs):
+        rewards = []
+        for prompt, completion in zip(prompts, completions):
+            text = completion[-1]["content"] if isinstance(completion, list) else completion
+            answer = final_answer(text)
+            answer = last_boxed(answer) or answer
+            copies = copy_answers(question_text(prompt)).get(probe, [])
+            rewards.append(1.0 if any(normalised(answer) == normalised(c) for c in copies) else 0.0)
+        return rewards
+
+    return reward
+
+
+pays_premise, pays_premises, pays_first_quote, pays_numbers, pays_last_sentence = (
+    copy_paying(p) for p in ("premise", "premises", "first_quote", "numbers", "last_sentence"))

@@ -297,6 +297,8 @@ def test_start_is_quiet_and_says_what_matters(tmp_path, tiny_model_dir, math_jso
     out, err = capsys.readouterr()
     for bar in ("Map", "Generating train split", "Loading weights", "Writing model shards"):
         assert bar not in out + err, bar
+    assert "train metrics" not in out + err and "total_flos" not in out + err  # TRL's block: in train_results.json
+    assert json.loads((tmp_path / "out" / "train_results.json").read_text())["train_samples"] == 32
     block = out[out.index("r1kit grpo") :].splitlines()[:8]
     assert block[1].startswith("  model    " + str(tiny_model_dir)) and "parameters" in block[1]
     assert block[2].startswith(f"  data     {math_jsonl}: train 32 rows")

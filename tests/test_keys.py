@@ -76,7 +76,7 @@ GRPO_ERRORS = [  # (case, recipe text or None for no file, flags, what the one l
                                                              "'learning_rate'?"),
     ("unknown key on the line", "max_steps: 2\n", ["--lerning_rate", "3"], "did you mean 'learning_rate'?"),
     ("unknown reward in the file", "reward_funcs: [acuracy]\n", [], "'acuracy' (did you mean 'accuracy'?)"),
-    ("unknown reward on the line", "max_steps: 2\n", ["--reward_funcs", "accuracy,formt"], "'formt' (did you mean "
+    ("unknown reward on the line", "max_steps: 2\n", ["--reward_funcs", "accuracy", "formt"], "'formt' (did you mean "
                                                                                              "'format'?)"),
     ("env block", "env: {FOO: [1]}\n", [], "env: FOO takes a string"),
     ("world size launch", None, ["--world-size", "2", "--config", "missing.yaml"], "recipe not found"),

@@ -62,3 +62,31 @@ def test_the_report_and_summary_show_the_newest_checkpoint_of_a_finished_run_con
     assert summary["status"] == "running" and summary["steps"] >= 4
     assert summary["segments"] == [[0, 2, "completed"], [2, summary["steps"], "running"]]
     assert summary["accuracy_curve"][-1][0] == summary["steps"]
+
+
+def test_the_learning_rate_axis_reads_as_people_write_it():
+    from r1kit.report import lr_label
+
+    assert [lr_label(v) for v in (1.75e-4, 2e-4, 1e-3, 5.5e-7, 0.0)] == ["1.75e-4", "2e-4", "1e-3", "5.5e-7", "0"]
+
+
+def test_no_panel_title_runs_into_another_or_past_the_edge(tmp_path):
+    """Before: the two tripwire titles overlapped and were cut at the figure's edge."""
+    import matplotlib.pyplot as plt
+
+    from r1kit.report import figure
+
+    history = [{"step": s, "reward": 0.1 * s, "loss": 0.0, "learning_rate": 1.75e-4, "tripwire/collapse": 0.2,
+                "tripwire/collapse/fired": 0.0, "tripwire/length_blowup": 1.0, "tripwire/length_blowup/fired": 0.0}
+               for s in range(1, 6)]
+    fig = figure(tmp_path, history, [], {})
+    fig.canvas.draw()
+    renderer, edge = fig.canvas.get_renderer(), fig.bbox
+    titles = [ax.title.get_window_extent(renderer) for ax in fig.axes]
+    for i, box in enumerate(titles):
+        assert box.x0 >= edge.x0 and box.x1 <= edge.x1, fig.axes[i].get_title()
+        for j, other in enumerate(titles[i + 1:], start=i + 1):
+            assert not box.overlaps(other), (fig.axes[i].get_title(), fig.axes[j].get_title())
+    learning_rate = next(ax for ax in fig.axes if ax.get_title() == "Learning rate")
+    assert learning_rate.yaxis.get_major_formatter()(1.75e-4, 0) == "1.75e-4"
+    plt.close(fig)

@@ -68,8 +68,10 @@ def test_open_r1_api_values(name, call, expected):
 
 
 def test_factories_reject_what_open_r1_rejects():
-    with pytest.raises(ValueError, match="should not be positive"):
-        rewards.get_repetition_penalty_reward(ngram_size=3, max_penalty=0.5)
+    # Open-R1's own test's message (test_positive_max_penalty_raises_value_error), and the recipe field's name
+    with pytest.raises(ValueError, match="max_penalty 1.5 should not be positive") as raised:
+        rewards.get_repetition_penalty_reward(ngram_size=2, max_penalty=1.5)
+    assert "repetition_max_penalty" in str(raised.value)
 
 
 def test_functions_keep_open_r1_names_for_trl_metrics():

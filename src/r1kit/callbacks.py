@@ -23,9 +23,11 @@ from transformers.trainer_callback import ProgressCallback
 
 from r1kit import records
 from r1kit.errors import ConfigError
+from r1kit.generation import GenerationStopped
 from r1kit.heldout import greedy_accuracy
 from r1kit.hub import get_hub_client, revision_name
 from r1kit.judges import score_answers, score_gym_answers
+from r1kit.machine import from_main
 from r1kit.rewards.verify import DEFAULT_TIMEOUT
 
 logger = logging.getLogger(__name__)
@@ -33,6 +35,15 @@ logger = logging.getLogger(__name__)
 # The Slurm job script `benchmark_launcher: slurm` submits; it ships inside the package (slurm/evaluate.slurm in a
 # checkout links to it), so an installed r1kit finds it too.
 EVALUATE_SLURM = Path(__file__).parent / "slurm" / "evaluate.slurm"
+
+
+class EvaluationInterrupted(Exception):
+    """A stop signal ended the held-out evaluation that opens training: the run stops before its first step (the
+    run's lifecycle says so and exits 75), instead of training a step and saving it first."""
+
+    def __init__(self, step: int):
+        super().__init__(f"held-out evaluation at step {step} stopped by a signal")
+        self.step = step
 
 
 class HeldOutAccuracyCallback(TrainerCallback):
@@ -60,6 +71,11 @@ class HeldOutAccuracyCallback(TrainerCallback):
         self._train_start: float | None = None  # when training began, for the training time of each evaluation
         self._eval_seconds = 0.0  # time spent evaluating, which is not training time
         self._earlier_seconds = 0.0  # training seconds of the segments before a resume
+        # Set by the run (`r1kit.run.train`): whether a stop signal arrived (an evaluation then ends at the next
+        # token, unrecorded), and whether training stopped on one (then no final evaluation is started).
+        self.stop_requested: Callable[[], bool] = lambda: False
+        self.interrupted: Callable[[], bool] = lambda: False
+        self.progress = True  # a progress bar per evaluation (main process)
 
     def training_seconds(self) -> float:
         """Seconds of training so far, evaluations excluded, earlier segments of a resumed run included (what
@@ -76,14 +92,22 @@ class HeldOutAccuracyCallback(TrainerCallback):
         self.history = [r for r in records.read(self.path) if isinstance(r.get("step"), int)] if self.path.is_file() else []
         self._earlier_seconds = float(self.history[-1].get("train_seconds") or 0.0) if self.history else 0.0
 
-    def evaluate(self, model, step: int) -> float:
+    def evaluate(self, model, step: int) -> float | None:
+        """Evaluates, records and returns the accuracy; None when a stop signal ended the evaluation (not recorded:
+        a resume from this step evaluates it again)."""
         start = time.monotonic()
         trained = self.training_seconds()
-        accuracy, _ = greedy_accuracy(
-            model, self.tokenizer, self.problems, self.golds, self.system_prompt, self.max_new_tokens,
-            timeout=self.timeout, grade=self.grade or score_answers,
-            complete=self.engine.complete if self.engine is not None else None,
-        )
+        try:
+            accuracy, _ = greedy_accuracy(
+                model, self.tokenizer, self.problems, self.golds, self.system_prompt, self.max_new_tokens,
+                timeout=self.timeout, grade=self.grade or score_answers,
+                complete=self.engine.complete if self.engine is not None else None,
+                should_stop=self.stop_requested, progress=f"held-out eval, step {step}" if self.progress else None,
+            )
+        except GenerationStopped:
+            self._eval_seconds += time.monotonic() - start
+            logger.warning("Held-out evaluation at step %d stopped by a signal; not recorded.", step)
+            return None
         self._eval_seconds += time.monotonic() - start
         record = {"step": step, "accuracy": accuracy, "seconds": round(time.monotonic() - start, 2), "n": len(self.problems),
                   "train_seconds": round(trained, 2)}
@@ -108,6 +132,9 @@ class HeldOutAccuracyCallback(TrainerCallback):
             self.resume_history(state.global_step)
         self._train_start, self._eval_seconds = time.monotonic(), 0.0
         self._evaluate_if_new(model, state.global_step)
+        stopped = self.is_main_process and self.stop_requested()
+        if from_main(stopped, args.world_size):  # every process stops before the first step, none waits for another
+            raise EvaluationInterrupted(state.global_step)
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
         if self.every_steps and state.global_step % self.every_steps == 0:
@@ -118,7 +145,8 @@ class HeldOutAccuracyCallback(TrainerCallback):
         return control
 
     def on_train_end(self, args, state, control, model=None, **kwargs):
-        self._evaluate_if_new(model, state.global_step)
+        if not self.interrupted():  # a run stopped by a signal saves and exits: no final evaluation first
+            self._evaluate_if_new(model, state.global_step)
 
 
 class CompactProgressCallback(ProgressCallback):

@@ -52,8 +52,14 @@ def checkpoint_dtype(model_path: str) -> str:
     return recorded if recorded in ("float32", "bfloat16", "float16") else "auto"
 
 
+class GenerationStopped(Exception):
+    """`generate` gave up at a token boundary because `should_stop()` said so (a stop signal): nothing it generated
+    is returned."""
+
+
 def generate(model, tokenizer, prompts: list[str], max_new_tokens: int, batch_size: int = 64,
-             temperature: float = 0.0, top_p: float = 1.0) -> list[str]:
+             temperature: float = 0.0, top_p: float = 1.0, should_stop: Callable[[], bool] | None = None,
+             progress: str | None = None) -> list[str]:
     """One completion per prompt (`prompts` already chat-formatted), batched and left-padded.
 
     Args:
@@ -61,6 +67,9 @@ def generate(model, tokenizer, prompts: list[str], max_new_tokens: int, batch_si
         batch_size (`int`, defaults to `64`): prompts generated together.
         temperature (`float`, defaults to `0.0`): greedy when 0, else sampled at this temperature.
         top_p (`float`, defaults to `1.0`): nucleus sampling (only when sampling).
+        should_stop (`Callable` or `None`): asked after every generated token; when it says True, generation ends
+            there and `GenerationStopped` is raised (a batch of a real model can take minutes on a CPU).
+        progress (`str` or `None`): with a description, a progress bar on stderr, advanced per generated token.
     """
     import torch
 
@@ -68,22 +77,62 @@ def generate(model, tokenizer, prompts: list[str], max_new_tokens: int, batch_si
     was_training = model.training
     model.eval()
     completions: list[str] = []
+    batches = range(0, len(prompts), batch_size)
+    watch = _TokenWatch(should_stop, progress, len(batches) * max_new_tokens)
     try:
-        for i in range(0, len(prompts), batch_size):
+        for number, i in enumerate(batches):
             batch = tokenizer(prompts[i : i + batch_size], return_tensors="pt", padding=True, add_special_tokens=False)
             batch = {k: v.to(model.device) for k, v in batch.items()}
             sampling = {"do_sample": True, "temperature": temperature, "top_p": top_p} if temperature > 0 else {"do_sample": False}
             with torch.inference_mode():
                 out = model.generate(
                     **batch, max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id,
-                    eos_token_id=tokenizer.eos_token_id, **sampling,
+                    eos_token_id=tokenizer.eos_token_id, stopping_criteria=watch.criteria(), **sampling,
                 )
+            if watch.stopped:
+                raise GenerationStopped()
+            watch.reached((number + 1) * max_new_tokens)  # a batch that ended early on EOS: its share done
             new_tokens = out[:, batch["input_ids"].shape[1] :]
             completions += tokenizer.batch_decode(new_tokens, skip_special_tokens=True)
     finally:
+        watch.close()
         tokenizer.padding_side = side
         model.train(was_training)
     return completions
+
+
+class _TokenWatch:
+    """Called by `model.generate` after every token: advances the progress bar and ends generation when asked to."""
+
+    def __init__(self, should_stop: Callable[[], bool] | None, progress: str | None, total: int):
+        from tqdm.auto import tqdm
+
+        self.should_stop, self.stopped = should_stop, False
+        self.bar = tqdm(total=total, desc=progress, unit="tok", leave=False) if progress else None
+
+    def criteria(self):
+        from transformers import StoppingCriteria, StoppingCriteriaList
+
+        watch = self
+
+        class Watch(StoppingCriteria):
+            def __call__(self, input_ids, scores, **kwargs):
+                import torch
+
+                if watch.bar is not None:
+                    watch.bar.update(1)
+                watch.stopped = watch.stopped or bool(watch.should_stop and watch.should_stop())
+                return torch.full((input_ids.shape[0],), watch.stopped, dtype=torch.bool, device=input_ids.device)
+
+        return StoppingCriteriaList([Watch()])
+
+    def reached(self, done: int) -> None:
+        if self.bar is not None and done > self.bar.n:
+            self.bar.update(done - self.bar.n)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
 
 
 def _from_pretrained(model_path: str) -> tuple[Any, Any]:

@@ -75,6 +75,7 @@ def setup(script_args: GRPOScriptArguments, training_args: GRPOConfig, model_arg
                               (script_args, training_args, model_args))
     dataset, raw_dataset = prepare_dataset(script_args, training_args)
     if script_args.probe_rewards:  # a reward that pays for a hack stops the run here, before the model loads
+        logger.info("Probing the rewards with replies that deserve nothing (probe_rewards: false skips this)...")
         results = probes.check_rewards(script_args, training_args, dataset[script_args.dataset_train_split])
         runs.startup_logger.info(probes.summary(results))
     run = build_trainer(script_args, training_args, model_args, dataset, raw_dataset, checkpoint)

@@ -8,12 +8,15 @@ the reward's (`r1kit.callbacks.HeldOutAccuracyCallback`, the `heldout_accuracy` 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
-from r1kit.generation import generate
+from r1kit.generation import GenerationStopped, generate
 from r1kit.judges import score_answers
 from r1kit.rewards.verify import DEFAULT_TIMEOUT
+
+logger = logging.getLogger(__name__)
 
 
 def chat_prompts(tokenizer, problems: list[str], system_prompt: str | None = None) -> list[str]:
@@ -30,7 +33,9 @@ def chat_prompts(tokenizer, problems: list[str], system_prompt: str | None = Non
 def greedy_accuracy(model, tokenizer, problems: list[str], golds: list[Any], system_prompt: str | None = None,
                     max_new_tokens: int = 64, batch_size: int = 64, timeout: float = DEFAULT_TIMEOUT,
                     grade: Callable[..., list[float | None]] = score_answers,
-                    complete: Callable[[list[str], int], list[str]] | None = None) -> tuple[float, list[dict]]:
+                    complete: Callable[[list[str], int], list[str]] | None = None,
+                    should_stop: Callable[[], bool] | None = None,
+                    progress: str | None = None) -> tuple[float, list[dict]]:
     """Held-out accuracy (mean over judgeable samples) and the per-sample details.
 
     Args:
@@ -42,12 +47,23 @@ def greedy_accuracy(model, tokenizer, problems: list[str], golds: list[Any], sys
             their `reasoning_gym` records).
         complete (`Callable` or `None`, defaults to `None`): `complete(prompts, max_new_tokens)` returns one greedy
             completion per chat-formatted prompt (a vLLM engine); `None` generates with `transformers` on `model`.
+        should_stop (`Callable` or `None`): asked after every generated token (with `transformers`) and before
+            grading; when it says True, `GenerationStopped` is raised (a stop signal: the evaluation is dropped).
+        progress (`str` or `None`): a description for the progress bar (per token with `transformers`; a line per
+            stage with an engine, which reports no tokens).
     """
     prompts = chat_prompts(tokenizer, problems, system_prompt)
     if complete is not None:
+        if progress:
+            logger.info("%s: generating %d answers with the engine", progress, len(prompts))
         completions = complete(prompts, max_new_tokens)
     else:
-        completions = generate(model, tokenizer, prompts, max_new_tokens, batch_size)
+        completions = generate(model, tokenizer, prompts, max_new_tokens, batch_size, should_stop=should_stop,
+                               progress=progress)
+    if should_stop is not None and should_stop():
+        raise GenerationStopped()
+    if progress:
+        logger.info("%s: grading %d answers", progress, len(completions))
     scores = grade(completions, golds, timeout)
     judged = [s for s in scores if s is not None]
     details = [{"problem": p, "gold": g, "completion": c, "score": s} for p, g, c, s in zip(problems, golds, completions, scores)]

@@ -103,20 +103,24 @@ def hub_problem(repo_id: str, kind: str, revision: str | None = None, timeout: f
 
 
 def check_hub_push(hub_model_id: str | None, field: str = "push_to_hub") -> None:
-    """`push_to_hub: true` needs the Hub and a login; the trainer would otherwise fail while it is being built."""
+    """A push to the Hub (`push_to_hub: true`, or a Hub name such as pass-rate's `output_dataset_name`) needs the Hub
+    and a login; the trainer would otherwise fail while it is being built. The error names the key that asked."""
+    asked = "push_to_hub: true" if field == "push_to_hub" else f"{field}: {hub_model_id}"
+    instead = "set push_to_hub: false" if field == "push_to_hub" else f"unset {field}"
     offline = hub_offline("model")
     if offline:
-        raise ConfigError(f"{field}: true, but {offline}=1 keeps the Hub away; set push_to_hub: false, or unset {offline}")
+        raise ConfigError(f"{asked} pushes to the Hub, but {offline}=1 keeps the Hub away; {instead}, or unset {offline}")
     from huggingface_hub import HfApi
     from huggingface_hub.errors import LocalTokenNotFoundError
 
     try:
         HfApi().whoami()
     except LocalTokenNotFoundError:
-        raise ConfigError(f"{field}: true, but you are not logged in to the Hub: run hf auth login (or set HF_TOKEN)") from None
+        raise ConfigError(f"{asked} pushes to the Hub, but you are not logged in: run hf auth login (or set HF_TOKEN)") from None
     except Exception as e:  # noqa: BLE001 - DNS, refused connection, an expired token
         reason = one_line(e, 160)
-        raise ConfigError(f"{field}: true, but the Hub cannot be used ({reason}); set push_to_hub: false, or fix the network or login") from None
+        raise ConfigError(f"{asked} pushes to the Hub, but the Hub cannot be used ({reason}); {instead}, or fix the "
+                          "network or login") from None
 
 
 # --------------------------------------------------------------------------------------------------------------------

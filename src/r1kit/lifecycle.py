@@ -187,16 +187,33 @@ class Lifecycle:
             if self.phase == "setup":
                 self.say(f"r1kit: {name} before training started: stopping; nothing to save. The same command "
                          f"starts the run again (exit code {EXIT_INTERRUPTED}).")
+                self.record_exit("interrupted", signal=name, before_training=True)
                 raise SystemExit(EXIT_INTERRUPTED)
             again = "; Ctrl-C again stops at once, unsaved" if number == signal.SIGINT else ""
             if self.phase == "training":
-                self.say(f"r1kit: {name} received: finishing this step, then saving a checkpoint{again}.")
+                self.say(f"r1kit: {name} received: finishing this step (a held-out evaluation under way stops now), "
+                         f"then saving a checkpoint{again}.")
             else:
                 self.say(f"r1kit: {name} received: training is done; writing the final model first{again}.")
             return
         if number == signal.SIGINT:
             self.say("r1kit: second SIGINT: stopping now; nothing more is saved.")
+            self.record_exit("interrupted", signal="SIGINT", unsaved=True)
             raise SystemExit(130)
+
+    def record_exit(self, status: str, **fields) -> None:
+        """`r1kit_run.json` says how the run ended when it ends other than through `complete`, `stop_interrupted` or
+        `stop_halted` (a second Ctrl-C, a signal before training, an error): main process, and only while the
+        record is this process's and still says `running` (its step stays the last one saved, where a resume
+        starts). Never raises: the process is on its way out with its own exit code."""
+        if not self.is_main:
+            return
+        try:
+            record = read_run_record(self.output_dir)
+            if record.get("status") == "running" and record.get("pid") == os.getpid():
+                update_run_record(self.output_dir, status=status, ended=now(), **fields)
+        except Exception as e:  # noqa: BLE001 (a record we cannot write must not hide why the run ended)
+            self.say(f"r1kit: could not update {RUN_RECORD}: {type(e).__name__}: {e}")
 
     def pass_on(self, number: int, frame) -> None:
         previous = self.previous.get(number, signal.SIG_DFL)
@@ -356,6 +373,24 @@ def stop_interrupted(trainer, life: Lifecycle) -> None:
                           checkpoint=str(checkpoint), interrupted=now())
     message = (f"Interrupted by {name} at step {step} of {trainer.state.max_steps}: saved {checkpoint}; the same "
                f"command {resumes} (exit code {EXIT_INTERRUPTED}).")
+    if trainer.accelerator.is_main_process:
+        logger.warning(message)
+    life.end()
+    raise RunInterrupted(message)
+
+
+def stop_before_training(trainer, life: Lifecycle, checkpoint: str | None) -> None:
+    """A stop signal ended the held-out evaluation that opens training: nothing trained, nothing to save. Records
+    the interruption (the run resumes where it started: `checkpoint`, or from scratch), says so in one line and
+    raises `RunInterrupted` (exit 75)."""
+    name = signal.Signals(life.received or signal.SIGTERM).name
+    step = trainer.state.global_step
+    start = f"resumes from {checkpoint}" if checkpoint else "starts it again"
+    if trainer.accelerator.is_main_process:
+        update_run_record(trainer.args.output_dir, status="interrupted", global_step=step, signal=name,
+                          checkpoint=checkpoint, interrupted=now())
+    message = (f"Interrupted by {name} during the held-out evaluation at step {step}, before training: nothing to "
+               f"save; the same command {start} (exit code {EXIT_INTERRUPTED}).")
     if trainer.accelerator.is_main_process:
         logger.warning(message)
     life.end()

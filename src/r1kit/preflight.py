@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import socket
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -36,7 +37,7 @@ from r1kit.config.schema import (
     SFTConfig,
     SFTScriptArguments,
 )
-from r1kit.errors import ConfigError
+from r1kit.errors import ConfigError, ConfigWarning
 from r1kit.hub import check_hub_push
 from r1kit.machine import has_cuda, installed, vllm_is_cpu_build
 from r1kit.rewards import check_reward_names, resolve_import_path
@@ -109,7 +110,24 @@ def check_rules(script_args: GRPOScriptArguments, training_args: GRPOConfig, mod
     if "repetition_penalty" in names and script_args.repetition_language == "zh" and not installed("jieba"):
         raise ConfigError("repetition_language: zh tokenises with jieba, which is not installed: pip install 'r1kit[zh]'")
     check_code_execution(script_args)  # a local code sandbox needs a jail on this machine
+    warn_unused_routers(script_args)
     check_gym_scoring(script_args, training_args)  # so do reasoning-gym's scorers (some evaluate answers as code)
+
+
+ROUTED_REWARDS = ("code", "binary_code", "cf_code")  # the rewards that run programs on `code_provider`
+
+
+def warn_unused_routers(script_args: GRPOScriptArguments) -> None:
+    """A sandbox router (`e2b_router_url`, `morph_router_url`) that no reward of the recipe sends programs to is said
+    in one warning: it used to be ignored without a word (a recipe with `code_provider: local` and Open-R1's router
+    key ran everything locally)."""
+    runs_code = any(name in ROUTED_REWARDS for name in script_args.reward_funcs)
+    for key, provider in (("e2b_router_url", "e2b"), ("morph_router_url", "morph")):
+        if getattr(script_args, key, None) and not (runs_code and script_args.code_provider == provider):
+            where = (f"code_provider is {script_args.code_provider}" if runs_code
+                     else f"no reward of {', '.join(script_args.reward_funcs)} runs code there")
+            warnings.warn(f"{key} is set but nothing uses it ({where}); it is ignored. Set code_provider: {provider} "
+                          f"to send the code rewards' programs to it.", ConfigWarning, 2)
 
 
 def check_inputs(script_args: DataFields, training_args: RunFields, model_args: ModelConfig, create_output_dir: bool = True,

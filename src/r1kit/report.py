@@ -108,10 +108,32 @@ def reward_keys(history: list[dict]) -> list[str]:
 
 
 def draw(output_dir: Path, history: list[dict], heldout: list[dict], benchmarks: dict) -> Path:
+    """Draws the run's panels to OUTPUT_DIR/report.png; returns its path."""
+    import matplotlib.pyplot as plt  # deferred: matplotlib
+
+    fig = figure(output_dir, history, heldout, benchmarks)
+    path = output_dir / "report.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def lr_label(value: float, _position=None) -> str:
+    """A learning rate as people write it: 1.75e-4, 2e-5, 0 (matplotlib's default axis says 0.000175)."""
+    if value == 0:
+        return "0"
+    mantissa, exponent = f"{value:.2e}".split("e")
+    return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
+
+
+def figure(output_dir: Path, history: list[dict], heldout: list[dict], benchmarks: dict):
+    """The report's figure: reward, accuracy, length, KL (or loss), groups without signal, learning rate, and the
+    tripwires when the run had any."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter
 
     wires = tripwire_keys(history)
     fig, axes = plt.subplots(4 if wires else 3, 2, figsize=(11, 14.5 if wires else 11))
@@ -149,6 +171,7 @@ def draw(output_dir: Path, history: list[dict], heldout: list[dict], benchmarks:
     ax.legend(fontsize=8)
     ax = axes[2][1]
     ax.plot(*series(history, "learning_rate"), color="tab:gray")
+    ax.yaxis.set_major_formatter(FuncFormatter(lr_label))
     ax.set_title("Learning rate")
     if wires:
         draw_tripwires(axes[3][0], axes[3][1], history, wires, tripwires.firings(output_dir))
@@ -157,10 +180,7 @@ def draw(output_dir: Path, history: list[dict], heldout: list[dict], benchmarks:
         ax.grid(alpha=0.3)
     fig.suptitle(f"r1kit run: {output_dir}", fontsize=10)
     fig.tight_layout()
-    path = output_dir / "report.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return fig
 
 
 def tripwire_keys(history: list[dict]) -> list[str]:
@@ -190,8 +210,9 @@ def draw_tripwires(ratios, shares, history: list[dict], keys: list[str], fired: 
         ax.axvline(row["step"], color="red", linewidth=0.8, alpha=0.5)
         if row.get("action") == "rollback":
             ax.scatter([row["step"]], [ax.get_ylim()[1]], color="red", marker="v", s=60, zorder=4)
-    ratios.set_title("Tripwires: completion length ratios (threshold dashed, firing in red)")
-    shares.set_title("Tripwires: divergence, collapse, disagreement (threshold dashed, firing in red)")
+    # Two lines each: on one line the two titles ran into each other and past the figure's edge.
+    ratios.set_title("Tripwires: completion length ratios\n(threshold dashed, firing in red)", fontsize=10)
+    shares.set_title("Tripwires: divergence, collapse, disagreement\n(threshold dashed, firing in red)", fontsize=10)
     for ax in (ratios, shares):
         if ax.lines:
             ax.legend(fontsize=7)

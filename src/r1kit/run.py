@@ -18,6 +18,7 @@ every checkpoint (the contract at the save, and the rollback branch it was saved
 
 from __future__ import annotations
 
+import ast
 import copy
 import json
 import logging
@@ -33,11 +34,13 @@ import yaml
 from transformers import TrainerCallback
 
 from r1kit import contract, credentials, ledger, records, tripwires
-from r1kit.callbacks import EvaluateBenchmarksCallback, HeldOutAccuracyCallback
+from r1kit.callbacks import EvaluateBenchmarksCallback, EvaluationInterrupted, HeldOutAccuracyCallback
 from r1kit.checkpoints import CHECKPOINT_RECORD, RUN_RECORD, find_resume_checkpoint, read_run_record
 from r1kit.config.schema import RunFields
 from r1kit.console import EXIT_INTERRUPTED
-from r1kit.errors import ConfigError
+from r1kit.data import DATA_SUFFIXES
+from r1kit.errors import ConfigError, one_line
+from r1kit.hub import looks_local
 from r1kit.lifecycle import (
     Lifecycle,
     StartShift,
@@ -48,6 +51,7 @@ from r1kit.lifecycle import (
     current_contract,
     decide_resume,
     now,
+    stop_before_training,
     stop_halted,
     stop_interrupted,
     update_run_record,
@@ -136,15 +140,24 @@ def train(run: Run) -> dict:
     added = [StopAtStepEnd(life), shift] + ([RecordCheckpoint(run, life.contract)] if life.is_main else [])
     for callback in added:
         trainer.add_callback(callback)
+    if run.heldout is not None:  # a signal ends an evaluation at the next token; an interrupted run has no final one
+        run.heldout.stop_requested = lambda: life.received is not None
+        run.heldout.interrupted = lambda: life.stopped_at is not None
     life.start_training()  # after the trainer's construction: its JIT checkpoint callback took SIGTERM there
+    tied = TiedKeysAreNotMissing(trainer.model)
+    logging.getLogger("transformers.trainer").addFilter(tied)
     try:
         metrics = train_with_rollbacks(trainer, run.checkpoint, life, shift)
     except TrainingDone:  # resumed from a checkpoint at the last step: the final model is written from it
         metrics = {"train_runtime": 0.0}
-    except BaseException:
+    except EvaluationInterrupted:
+        stop_before_training(trainer, life, run.checkpoint)
+    except BaseException as e:
+        life.record_exit(**ending(e))
         life.end()  # the run is over: its lock and the signals are let go
         raise
     finally:
+        logging.getLogger("transformers.trainer").removeFilter(tied)
         life.phase = "finishing"
         for callback in added:
             trainer.remove_callback(callback)
@@ -159,10 +172,48 @@ def train(run: Run) -> dict:
         write_summary(run, "stopped")
         stop_halted(trainer, life, stop)
     metrics["train_samples"] = run.train_rows
-    run.trainer.log_metrics("train", metrics)
+    logger.debug("train metrics: %s", metrics)  # (TRL's `***** train metrics *****` block: the files have them)
     save_metrics(run.trainer, "train", metrics)
     save_state(run.trainer)
     return metrics
+
+
+class TiedKeysAreNotMissing(logging.Filter):
+    """Drops transformers' "There were missing keys in the checkpoint model loaded: [...]" on a resume when every key
+    it names is a weight tied to one that was loaded (a tied LM head: the checkpoint stores the shared tensor once,
+    under the embedding's name). It read like a damaged checkpoint; any other missing key is still said."""
+
+    PREFIX = "There were missing keys in the checkpoint model loaded: "
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if not message.startswith(self.PREFIX):
+            return True
+        try:
+            keys = ast.literal_eval(message[len(self.PREFIX):].rstrip().rstrip("."))
+        except (ValueError, SyntaxError):
+            return True
+        return not (isinstance(keys, list) and keys and set(keys) <= tied_names(self.model))
+
+
+def tied_names(model) -> set[str]:
+    """The names of the parameters that share their tensor with another parameter of `model`."""
+    names: dict[int, list[str]] = {}
+    for name, parameter in model.named_parameters(remove_duplicate=False):
+        names.setdefault(id(parameter), []).append(name)
+    return {name for group in names.values() if len(group) > 1 for name in group}
+
+
+def ending(error: BaseException) -> dict:
+    """What `r1kit_run.json` says when `error` ends training: a Ctrl-C is an interruption (the last checkpoint
+    saved is where the same command resumes), anything else a failure, with the one line that says why."""
+    if isinstance(error, KeyboardInterrupt) or (isinstance(error, SystemExit) and error.code == 130):
+        return {"status": "interrupted", "signal": "SIGINT", "unsaved": True}
+    return {"status": "failed", "error": one_line(error) or type(error).__name__}
 
 
 def train_with_rollbacks(trainer, checkpoint: str | None, life: Lifecycle, shift: StartShift) -> dict:
@@ -210,6 +261,15 @@ class RecordCheckpoint(TrainerCallback):
 def finish(run: Run, evaluate: bool = False) -> None:
     """The final model and card, the final benchmark evaluations (waited for), with `evaluate` the `do_eval` pass
     (`run_eval`), and the Hub push (last, so that the pushed folder holds the evaluation results too)."""
+    try:
+        _finish(run, evaluate)
+    except BaseException as e:
+        if current() is not None:  # r1kit_run.json must not say `running` for a run that ended here
+            current().record_exit(**ending(e))
+        raise
+
+
+def _finish(run: Run, evaluate: bool) -> None:
     trainer, output_dir = run.trainer, run.trainer.args.output_dir
     logger.info("*** Save model ***")
     save_final_model(trainer, output_dir, run.dataset_name, run.model_name)
@@ -373,7 +433,10 @@ def save_final_model(trainer, output_dir: str, dataset_name: str | None, model_n
     if not trainer.accelerator.is_main_process:
         return
     try:
-        trainer.create_model_card(dataset_name=dataset_name, tags=["r1kit"])
+        trainer.create_model_card(dataset_name=hub_dataset(dataset_name), tags=["r1kit"])
+        if dataset_name and hub_dataset(dataset_name) is None:  # named, not linked as huggingface.co/datasets/...
+            with (Path(output_dir) / "README.md").open("a") as card:
+                card.write(f"\nTrained on `{dataset_name}` (local data or a built-in task, not a Hub dataset).\n")
     except Exception as e:  # noqa: BLE001 - a model card is never worth a lost run
         logger.warning("Could not write the model card: %s", e)
     if not lora:  # the merged model saved its own config, KV cache on
@@ -381,6 +444,14 @@ def save_final_model(trainer, output_dir: str, dataset_name: str | None, model_n
         trainer.model.config.save_pretrained(output_dir)
     for folder in (Path(output_dir), Path(output_dir) / ADAPTER_DIR):
         portable_files(folder, model_name, loaded_from)
+
+
+def hub_dataset(name: str | None) -> str | None:
+    """`name` as a Hub dataset id for the model card's link; None for a local file or folder and a built-in task
+    (`r1kit:addition`, `reasoning-gym:chain_sum`), which the card used to link as huggingface.co/datasets/<path>."""
+    if not name or ":" in name or looks_local(name, DATA_SUFFIXES) or Path(os.path.expanduser(name)).exists():
+        return None
+    return name
 
 
 ADAPTER_DIR = "adapter"  # a LoRA run's adapter, beside the merged model at the top of output_dir
@@ -480,7 +551,7 @@ def push_as_saved(trainer, dataset_name: str | None) -> None:
     put the adapter back at the top, naming its base by this machine's path."""
     trainer.save_model = lambda *args, **kwargs: None  # on this instance, for the push only
     try:
-        trainer.push_to_hub(dataset_name=dataset_name, tags=["r1kit"])
+        trainer.push_to_hub(dataset_name=hub_dataset(dataset_name), tags=["r1kit"])
     finally:
         del trainer.save_model
 

@@ -98,15 +98,15 @@ def option_names(overrides: list[str]) -> list[str]:
 
 
 def reward_names(from_file, overrides: list[str]) -> list[str]:
-    """The reward names a command line and recipe ask for (the command line wins), as the schema reads them: a list,
-    or one comma-separated string."""
-    given = from_file
+    """The reward names a command line and recipe ask for (the command line wins), as the schema reads them: the
+    words after `--reward_funcs`; in a file, a list or one comma-separated string."""
+    given = from_file.split(",") if isinstance(from_file, str) else from_file
     for i, token in enumerate(overrides):
         name, eq, value = token[2:].partition("=") if token.startswith("--") else ("", "", "")
         if name.replace("-", "_") == "reward_funcs":
-            given = [value] if eq else [v for v in _values_after(overrides, i)]
-    items = given if isinstance(given, list) else [given] if isinstance(given, str) else []
-    return [name.strip() for item in items if isinstance(item, str) for name in item.split(",") if name.strip()]
+            given = [value] if eq else _values_after(overrides, i)
+    items = given if isinstance(given, list) else []
+    return [item.strip() for item in items if isinstance(item, str) and item.strip()]
 
 
 def _values_after(tokens: list[str], i: int) -> list[str]:

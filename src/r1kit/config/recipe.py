@@ -381,9 +381,19 @@ def _key_entries(dataclass_types: tuple) -> list[dict]:
         for f in dataclasses.fields(kind):
             if f.init and f.name not in seen:
                 seen.add(f.name)
-                entries.append({"name": f.name, "type": _type_name(f.type), "default": _plain_default(f),
+                entries.append({"name": f.name, "type": _type_name(_annotation(kind, f)), "default": _plain_default(f),
                                 "help": _first_sentence(f.metadata.get("help", ""))})
     return entries
+
+
+def _annotation(kind: type, f: dataclasses.Field) -> Any:
+    """A field's type as its class wrote it: HfArgumentParser rewrites `Field.type` in place (`Optional[str]` becomes
+    `str`) once any parser has been built, so the catalogue reads the class's own annotation."""
+    for klass in kind.__mro__:
+        annotations = klass.__dict__.get("__annotations__", {})
+        if f.name in annotations:
+            return annotations[f.name]
+    return f.type
 
 
 def _type_name(hint: Any) -> str:

@@ -20,6 +20,9 @@ from typing import Any
 
 from r1kit.errors import ConfigError
 
+# A reward function's attribute naming the dataset columns it judges rows by (`r1kit.unjudged`); a user's reward
+# may set it too: `my_reward.r1kit_columns = ("verification_info",)`.
+COLUMNS_ATTRIBUTE = "r1kit_columns"
 Fields = Mapping[str, str | tuple[str, ...]]  # factory parameter -> recipe field (or fields, the first set one wins)
 
 
@@ -60,8 +63,14 @@ class RewardSpec:
         return kwargs
 
     def build(self, script_args: Any, training_args: Any = None, **overrides: Any) -> Callable:
-        """The reward callable, built from the recipe's fields (see `arguments`)."""
-        return self.factory_function()(**self.arguments(script_args, training_args, **overrides))
+        """The reward callable, built from the recipe's fields (see `arguments`), naming the columns it judges rows
+        by (`COLUMNS_ATTRIBUTE`: a row without them is not its to judge, as in TRL's multi-task runs)."""
+        func = self.factory_function()(**self.arguments(script_args, training_args, **overrides))
+        try:
+            setattr(func, COLUMNS_ATTRIBUTE, self.columns)
+        except (AttributeError, TypeError):  # a callable that takes no attributes: it names no rows
+            pass
+        return func
 
 
 def _read_field(name: str, script_args: Any, training_args: Any, overrides: dict[str, Any]) -> Any:

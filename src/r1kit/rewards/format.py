@@ -132,7 +132,9 @@ def check_repetition_params(n_grams: int, max_penalty: float, language: str = "e
         `repetition_n_grams` below 1, `repetition_language` not one of `en`, `zh`.
     """
     if max_penalty > 0:
-        raise ConfigError(f"repetition_max_penalty must be <= 0 (a penalty should not be positive), got {max_penalty}")
+        # Both names: the recipe field's, and Open-R1's own message (its test matches "max_penalty 1.5 should not be
+        # positive"), since the function is also called as Open-R1's get_repetition_penalty_reward.
+        raise ConfigError(f"repetition_max_penalty must be <= 0: max_penalty {max_penalty} should not be positive")
     if n_grams < 1:
         raise ConfigError(f"repetition_n_grams must be >= 1, got {n_grams}")
     if language not in get_args(RepetitionLanguage):

@@ -4,6 +4,8 @@ warnings logged once."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 
@@ -70,10 +72,28 @@ def last_answer_block(text: str) -> str | None:
     return blocks[-1] if blocks else None
 
 _LOGGED: set[tuple[str, str]] = set()
+_PROBING = False
+
+
+@contextmanager
+def probing() -> Iterator[None]:
+    """While the exploit probes score replies made to deserve nothing (`r1kit.probes`): what a reward warns of once
+    per run is logged at debug level as the probe's and not counted as said. At the start of a run such a line read
+    like a training problem, and it used up the one warning the first such reply in training should get."""
+    global _PROBING
+    before, _PROBING = _PROBING, True
+    try:
+        yield
+    finally:
+        _PROBING = before
 
 
 def log_once(logger: logging.Logger, key: str, message: str, *args: Any) -> None:
-    """Logs `message % args` as a warning the first time `logger` meets `key` in this process, and never again."""
+    """Logs `message % args` as a warning the first time `logger` meets `key` in this process, and never again
+    (while `probing`: at debug level, not counted)."""
+    if _PROBING:
+        logger.debug("(a reward probe's reply) " + message, *args)
+        return
     if (logger.name, key) not in _LOGGED:
         _LOGGED.add((logger.name, key))
         logger.warning(message, *args)
