@@ -78,3 +78,48 @@ def test_a_declared_reward_that_never_judges_still_stops(tmp_path, tiny_model_di
                          reward_funcs=["tests.rewards_for_tests:length_variety", "tests.rewards_for_tests:judges_nothing"])
     with raises_naming("judges_nothing", "100%", "unjudged_share_limit"):
         pipeline(*parse_args(["--config", str(write_recipe(tmp_path, **recipe))]))
+
+
+ZEN = ["Beautiful is better than", "Explicit is", "Simple is better", "Complex", "Flat is better than",
+       "Sparse is better", "Readability", "Special cases aren't special"]
+
+
+def applicable_reward_func(completions, **kwargs):
+    return [float(len(completion)) for completion in completions]
+
+
+def non_applicable_reward_func(completions, **kwargs):
+    return [None] * len(completions)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["multiple_reward_funcs_with_None_output", "warning_raised_all_rewards_none"])
+@pytest.mark.parametrize("trainer_kind", ["trl", "r1kit"])
+def test_trls_none_reward_tests_have_trls_outcome_with_r1trainer(tmp_path, tiny_model_dir, caplog, case,
+                                                                 trainer_kind):
+    """TRL's own tests test_training_multiple_reward_funcs_with_None_output and test_warning_raised_all_rewards_none
+    (tests/test_grpo_trainer.py, TRL 1.16), on the tiny local model instead of the Hub's and the same arguments, run
+    with TRL's GRPOTrainer and with r1kit's R1Trainer: both train to the end (before: R1Trainer stopped both at the
+    second generation batch)."""
+    import torch
+    import trl
+    from datasets import Dataset
+
+    from r1kit.config.schema import GRPOConfig
+    from r1kit.trainer import R1Trainer
+
+    trainer_class, config_class = (trl.GRPOTrainer, trl.GRPOConfig) if trainer_kind == "trl" else (R1Trainer, GRPOConfig)
+    funcs = ([applicable_reward_func, non_applicable_reward_func] if case.startswith("multiple")
+             else [non_applicable_reward_func])
+    args = config_class(output_dir=str(tmp_path), learning_rate=0.1, per_device_train_batch_size=3, num_generations=3,
+                        max_completion_length=8, report_to="none", bf16=False, max_steps=4, save_strategy="no")
+    trainer = trainer_class(model=str(tiny_model_dir), reward_funcs=funcs, args=args,
+                            train_dataset=Dataset.from_dict({"prompt": ZEN}))
+    before = {n: p.clone() for n, p in trainer.model.named_parameters()}
+    with caplog.at_level("WARNING", logger="trl.trainer.grpo_trainer"):
+        trainer.train()
+    assert trainer.state.log_history[-1]["train_loss"] is not None and trainer.state.global_step == 4
+    if case.startswith("multiple"):  # TRL's check: every parameter moved
+        assert all(not torch.equal(p, trainer.model.get_parameter(n)) for n, p in before.items())
+    else:
+        assert "All reward functions returned None for the following kwargs:" in caplog.text
