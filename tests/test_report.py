@@ -90,3 +90,28 @@ def test_no_panel_title_runs_into_another_or_past_the_edge(tmp_path):
     learning_rate = next(ax for ax in fig.axes if ax.get_title() == "Learning rate")
     assert learning_rate.yaxis.get_major_formatter()(1.75e-4, 0) == "1.75e-4"
     plt.close(fig)
+
+
+def test_a_run_with_tools_gets_a_tool_use_panel_its_titles_clear_of_the_others(tmp_path):
+    import matplotlib.pyplot as plt
+
+    from r1kit.report import figure
+
+    history = [{"step": s, "reward": 0.1 * s, "loss": 0.0, "learning_rate": 1e-4, "tools/call_frequency": 0.5,
+                "tools/failure_frequency": 0.1, "tools/rollouts_using": 0.1 * s, "tools/calls_per_rollout": 1.0,
+                "tools/errors_per_rollout": 0.2, "tools/seconds_per_rollout": 0.05, "tripwire/collapse": 0.2,
+                "tripwire/collapse/fired": 0.0} for s in range(1, 6)]
+    fig = figure(tmp_path, history, [], {})
+    fig.canvas.draw()
+    titles = {ax.get_title(): ax for ax in fig.axes}
+    shares, per_rollout = titles["Tool use (share)"], titles["Tool use per rollout"]
+    assert [line.get_label() for line in shares.lines] == ["rollouts calling a tool", "calls failed"]
+    assert list(shares.lines[0].get_ydata()) == pytest.approx([0.1, 0.2, 0.3, 0.4, 0.5])
+    assert {line.get_label() for line in per_rollout.lines} == {"calls", "errors", "tool seconds"}
+    renderer = fig.canvas.get_renderer()
+    boxes = [ax.title.get_window_extent(renderer) for ax in fig.axes]
+    assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
+    plt.close(fig)
+    without = figure(tmp_path, [{"step": 1, "reward": 0.0, "loss": 0.0, "learning_rate": 1e-4}], [], {})
+    assert "Tool use (share)" not in {ax.get_title() for ax in without.axes}  # no panel without tools
+    plt.close(without)

@@ -127,8 +127,8 @@ def lr_label(value: float, _position=None) -> str:
 
 
 def figure(output_dir: Path, history: list[dict], heldout: list[dict], benchmarks: dict):
-    """The report's figure: reward, accuracy, length, KL (or loss), groups without signal, learning rate, and the
-    tripwires when the run had any."""
+    """The report's figure: reward, accuracy, length, KL (or loss), groups without signal, learning rate, the
+    tripwires when the run had any, and tool use when the run had tools."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -136,7 +136,9 @@ def figure(output_dir: Path, history: list[dict], heldout: list[dict], benchmark
     from matplotlib.ticker import FuncFormatter
 
     wires = tripwire_keys(history)
-    fig, axes = plt.subplots(4 if wires else 3, 2, figsize=(11, 14.5 if wires else 11))
+    tools = any("tools/call_frequency" in e or "tools/rollouts_using" in e for e in history)
+    rows = 3 + bool(wires) + tools
+    fig, axes = plt.subplots(rows, 2, figsize=(11, 3.6 * rows + 0.2))
     ax = axes[0][0]
     ax.plot(*series(history, "reward"), color="black", linewidth=2, label="total reward")
     for key in reward_keys(history):
@@ -175,12 +177,33 @@ def figure(output_dir: Path, history: list[dict], heldout: list[dict], benchmark
     ax.set_title("Learning rate")
     if wires:
         draw_tripwires(axes[3][0], axes[3][1], history, wires, tripwires.firings(output_dir))
+    if tools:
+        draw_tool_use(axes[rows - 1][0], axes[rows - 1][1], history)
     for ax in axes.flat:
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
     fig.suptitle(f"r1kit run: {output_dir}", fontsize=10)
     fig.tight_layout()
     return fig
+
+
+def draw_tool_use(shares, per_rollout, history: list[dict]) -> None:
+    """The tool-use panel (`tools:` runs): on the left the share of rollouts that called a tool and of calls that
+    failed, on the right calls, errors and tool seconds per rollout."""
+    for key, label in (("tools/rollouts_using", "rollouts calling a tool"), ("tools/failure_frequency", "calls failed"),
+                       ("tools/infrastructure_failures", "rollouts the sandbox failed")):
+        if series(history, key)[0]:
+            shares.plot(*series(history, key), linewidth=1.2, label=label)
+    shares.set_ylim(-0.02, 1.02)
+    shares.set_title("Tool use (share)")
+    for key, label in (("tools/calls_per_rollout", "calls"), ("tools/errors_per_rollout", "errors"),
+                       ("tools/seconds_per_rollout", "tool seconds")):
+        if series(history, key)[0]:
+            per_rollout.plot(*series(history, key), linewidth=1.2, label=label)
+    per_rollout.set_title("Tool use per rollout")
+    for ax in (shares, per_rollout):
+        if ax.lines:
+            ax.legend(fontsize=8)
 
 
 def tripwire_keys(history: list[dict]) -> list[str]:
