@@ -1,7 +1,8 @@
 """Hostile completions against the text rewards: every per-completion computation is linear in the completion, so a
 batch of degenerate completions (unclosed or repeated tags, runs of `<`, nested openers, long digit runs) costs about
-what a clean batch of the same size costs. The bound is relative to a clean batch timed in the same test, never a
-wall-clock constant."""
+what a clean batch of the same size costs. The bound is relative to a clean batch measured in the same test, in the
+CPU time the work itself used (what other processes take of the machine does not enter it), never a wall-clock
+constant."""
 
 from __future__ import annotations
 
@@ -69,12 +70,12 @@ def every_text_computation(batch: list[str]) -> None:
 
 
 def cost(batch: list[str]) -> float:
-    """The least of three timings (the machine's noise only ever adds time)."""
+    """The least of three measures of the CPU time the computation used (noise only ever adds to it)."""
     timings = []
     for _ in range(3):
-        start = time.perf_counter()
+        start = time.process_time()
         every_text_computation(batch)
-        timings.append(time.perf_counter() - start)
+        timings.append(time.process_time() - start)
     return min(timings)
 
 

@@ -134,18 +134,24 @@ def test_client_errors_are_not_retried(server):
 
 
 @pytest.mark.slow
-def test_the_deadline_bounds_every_request_retries_included():
+def test_the_deadline_bounds_every_request_retries_included(monkeypatch):
+    """Each attempt gets what is left of one deadline, not a deadline of its own: the time each was given is recorded
+    against the clock the code reads (an assertion on how long the test took would depend on the machine's load)."""
     import socket
-    import time
+
+    import r1kit.sandbox.remote as remote
 
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(8)  # accepts connections, never answers
-    start = time.monotonic()
+    given, real = [], remote._post_once
+    monkeypatch.setattr(remote, "_post_once", lambda url, data, seconds, max_bytes: (
+        given.append((remote.time.monotonic(), seconds)), real(url, data, seconds, max_bytes))[1])
     with pytest.raises(OutOfTime, match="within 0.5 s"):
         post_json(f"http://127.0.0.1:{listener.getsockname()[1]}/x", {}, deadline=0.5, retries=3, backoff=0.01)
-    assert time.monotonic() - start < 1.5  # one deadline for all 4 attempts, not one per attempt
     listener.close()
+    first = given[0][0]
+    assert given and all(seconds <= 0.5 - (when - first) + 1e-6 for when, seconds in given)
 
 
 def test_piston_needs_endpoints(monkeypatch):
@@ -407,12 +413,11 @@ def test_a_trickling_piston_is_cut_at_its_deadline_and_not_asked_again(raw_serve
     fake = raw_server(trickle(head))
     provider = get_provider("piston", endpoints=fake.url, request_timeout=1.0, num_parallel=2)
     program = Program("print(1)", inputs=[""] * 6, expected=["1"] * 6, time_limit=1)
-    start = time.monotonic()
     results = provider.execute([program])[0]
-    took = time.monotonic() - start
     assert [r.status for r in results] == [SANDBOX_ERROR] * 6
-    assert took < 5  # one 2 s deadline (1 s limit + 1 s), not 6 tests x 4 attempts of it (before: no bound at all)
-    assert len(fake.requests) <= 2 and no_timer_left()  # the two in flight; the rest refused while it is stalled
+    # One deadline, not 6 tests x 4 attempts of it (before: no bound at all): the two in flight were cut, none was
+    # asked again, the rest refused while it is stalled (counted, not timed).
+    assert len(fake.requests) <= 2 and no_timer_left()
 
 
 @pytest.mark.slow
@@ -470,10 +475,9 @@ def test_a_trickling_router_is_cut_at_its_deadline(raw_server, kind, monkeypatch
     monkeypatch.setattr("r1kit.sandbox.remote.program_budget", lambda program: 1.0)  # the test's 2 s deadline
     fake = raw_server(trickle(b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n"))
     provider = get_provider(kind, router_url=fake.url, timeout=1.0, request_timeout=1.0)
-    start = time.monotonic()
     results = provider.execute([SUM, SUM, SUM])
-    assert time.monotonic() - start < 5  # before: more than 150 s
     assert [r.status for tests in results for r in tests] == [SANDBOX_ERROR] * 6 and no_timer_left()
+    assert len(fake.requests) <= 3  # each cut at its deadline, none retried (before: more than 150 s of retries)
 
 
 @pytest.mark.slow

@@ -38,9 +38,9 @@ def test_math_verdicts_read_the_last_boxed_then_the_last_answer_block():
 def test_hostile_answers_are_judged_in_bounded_time():
     hostile = ["\\boxed{" * 50_000, "<answer>" + "9" * 1_000_000 + "</answer>", "\\boxed{" + "{" * 100_000 + "}",
                "<answer>" * 100_000 + "</answer>" * 100_000, "1" * 2_000_000, "\\frac{1}{" + "0" * 500 + "}"]
-    start = time.monotonic()
+    start = time.process_time()  # the CPU the judge used, which other work on the machine does not inflate
     verdicts = [math_verdict(text, "15") for text in hostile]
-    assert time.monotonic() - start < 5.0
+    assert time.process_time() - start < 5.0
     assert all(v is not True for v in verdicts)
 
 
