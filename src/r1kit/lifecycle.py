@@ -368,15 +368,10 @@ def stop_interrupted(trainer, life: Lifecycle) -> None:
     checkpoint = Path(output_dir) / f"checkpoint-{step}"
     rollback = ledger.excluded(ledger.read(output_dir), step)  # a rollback decided at this very step end
     resumes = f"resumes from {rollback['checkpoint']} (the tripwire's rollback)" if rollback else "resumes from it"
-    if trainer.accelerator.is_main_process:
-        update_run_record(output_dir, status="interrupted", global_step=step, signal=name,
-                          checkpoint=str(checkpoint), interrupted=now())
     message = (f"Interrupted by {name} at step {step} of {trainer.state.max_steps}: saved {checkpoint}; the same "
                f"command {resumes} (exit code {EXIT_INTERRUPTED}).")
-    if trainer.accelerator.is_main_process:
-        logger.warning(message)
-    life.end()
-    raise RunInterrupted(message)
+    _stop(trainer, life, RunInterrupted(message), status="interrupted", global_step=step, signal=name,
+          checkpoint=str(checkpoint), interrupted=now())
 
 
 def stop_before_training(trainer, life: Lifecycle, checkpoint: str | None) -> None:
@@ -386,30 +381,30 @@ def stop_before_training(trainer, life: Lifecycle, checkpoint: str | None) -> No
     name = signal.Signals(life.received or signal.SIGTERM).name
     step = trainer.state.global_step
     start = f"resumes from {checkpoint}" if checkpoint else "starts it again"
-    if trainer.accelerator.is_main_process:
-        update_run_record(trainer.args.output_dir, status="interrupted", global_step=step, signal=name,
-                          checkpoint=checkpoint, interrupted=now())
     message = (f"Interrupted by {name} during the held-out evaluation at step {step}, before training: nothing to "
                f"save; the same command {start} (exit code {EXIT_INTERRUPTED}).")
+    _stop(trainer, life, RunInterrupted(message), status="interrupted", global_step=step, signal=name,
+          checkpoint=checkpoint, interrupted=now())
+
+
+def _stop(trainer, life: Lifecycle, stop: RunStopped, **record) -> None:
+    """The end of a stopped run: `r1kit_run.json` records how (main process), the one line is said, the run lets go
+    of its folder and signals, and `stop` is raised."""
     if trainer.accelerator.is_main_process:
-        logger.warning(message)
+        update_run_record(trainer.args.output_dir, **record)
+        logger.warning(str(stop))
     life.end()
-    raise RunInterrupted(message)
+    raise stop
 
 
 def stop_halted(trainer, life: Lifecycle, stop: dict) -> None:
     """After a tripwire stopped training: records `"status": "stopped"` in `r1kit_run.json`, says so in one line and
     raises `RunHalted` (exit 3). No final model is written, and the same command does not train on."""
     output_dir, step = trainer.args.output_dir, trainer.state.global_step
-    if trainer.accelerator.is_main_process:
-        update_run_record(output_dir, status="stopped", global_step=step, tripwire=stop, stopped=now())
     message = (f"Stopped by a tripwire at step {step} of {trainer.state.max_steps} ({stop.get('reason')}); no final "
                f"model written; the same command keeps it stopped until resume_after_stop: true (exit code "
                f"{EXIT_STOPPED}). See r1kit report {output_dir}.")
-    if trainer.accelerator.is_main_process:
-        logger.warning(message)
-    life.end()
-    raise RunHalted(message)
+    _stop(trainer, life, RunHalted(message), status="stopped", global_step=step, tripwire=stop, stopped=now())
 
 
 class StartShift(TrainerCallback):
