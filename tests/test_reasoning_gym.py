@@ -237,7 +237,7 @@ def test_when_the_scorer_stops_mid_batch_only_the_answer_in_flight_scores_zero(m
 
     starts = []
 
-    def dies_on_the_killer(requests, timeout, isolate):
+    def dies_on_the_killer(requests, timeout, isolate, strict=True, foil_seed=0):
         starts.append(len(requests))
         replies = []
         for request in map(json.loads, requests):
@@ -250,7 +250,7 @@ def test_when_the_scorer_stops_mid_batch_only_the_answer_in_flight_scores_zero(m
     answers = ["3", "666", "4", "3", "666", "3"]
     assert gym_reward.score_completions(answers, [record("3")] * 6) == [1.0, 0.0, 0.0, 1.0, 0.0, 1.0]
     assert starts == [6, 4, 1]
-    monkeypatch.setattr(gym_reward, "_run_server", lambda requests, timeout, isolate: (None, "no memory"))
+    monkeypatch.setattr(gym_reward, "_run_server", lambda requests, *args: (None, "no memory"))
     assert gym_reward.score_completions(["3"], [record("3")]) == [None]
 
 
@@ -334,7 +334,10 @@ def test_reply_mode_grades_the_whole_reply_as_the_answer(chain_sum):
         reasoning_gym=[row["reasoning_gym"]] * 3,
     )
     assert bare == 1.0 and tagged == 1.0
-    assert 0.0 < sentence < 1.0  # chain_sum's scorer: partial credit for a reply that contains the answer
+    assert sentence == 0.0  # strict: chain_sum's scorer gives a reply that contains the answer partial credit only
+    loose = make_reasoning_gym_reward(answer_mode="reply", strict=False)(
+        [f"The answer is {row['answer']}."], reasoning_gym=[row["reasoning_gym"]])
+    assert 0.0 < loose[0] < 1.0
 
 
 def test_unknown_answer_mode_is_a_config_error():
@@ -350,10 +353,9 @@ def test_unknown_answer_mode_is_a_config_error():
 @pytest.mark.slow
 def test_grpo_trains_on_a_generator_with_its_reward_and_heldout_accuracy(tmp_path, tiny_model_dir):
     pytest.importorskip("reasoning_gym")
-    from tests.helpers import tiny_recipe, write_recipe
-
     from r1kit.config.recipe import parse_args
     from r1kit.grpo import pipeline
+    from tests.helpers import tiny_recipe, write_recipe
 
     out = tmp_path / "out"
     recipe = tiny_recipe(tiny_model_dir, "reasoning-gym:chain_sum", out, dataset_prompt_column="prompt",
@@ -378,9 +380,12 @@ EXAMPLE_ANSWERS = {"graph_color": "possible_answer", "propositional_logic": "exa
 # Scorers that pay another question's answer on a question (game_of_life_halting compares bool(answer), so any
 # non-empty reply): r1kit cannot judge their rows, which score None, never full marks.
 BLIND = {"game_of_life_halting"}
-# Not closed: propositional_logic's entries have no gold, so r1kit has no foil to tell its questions apart with, and
-# a conclusion that restates a premise several questions share ("(Q ∧ Q)") takes full marks on each of them.
+# propositional_logic's entries have no gold, so r1kit has no foil to tell its questions apart with; a conclusion that
+# restates a premise several questions share ("(Q ∧ Q)") took full marks on each of them. Strict scoring closes it (a
+# conclusion one premise gives scores 0; contradictory premises are not judged), and its example answers ("(Q ∨ P)"
+# from Q) are such conclusions: they score 0 or None, not full marks.
 SHARED_ANSWERS_PAID = {"propositional_logic"}
+EXAMPLES_COPIED = {"propositional_logic"}
 CONSTANTS = ["", "0", "1", "True", "yes", "x"]
 # Hedges: several golds in one answer, which containment scorers (len(gold)/len(answer)) paid 0.1-0.6 on every row of
 # course_schedule, ransom_note, isomorphic_strings, syllogism, acre, mahjong_puzzle; each row also gets the hedge of
@@ -466,8 +471,10 @@ def test_gold_answers_score_full_marks_on_every_generator(every_generator):
     names, results = every_generator
     golds = {(g, row): score for g, kind, _, row, score in results if kind == "gold"}
     assert {g for g, _ in golds} == set(names) - {g for g, key in EXAMPLE_ANSWERS.items() if key is None}
-    short = {(g, row): score for (g, row), score in golds.items() if g not in BLIND and score != 1.0}
+    short = {(g, row): score for (g, row), score in golds.items()
+             if g not in BLIND | EXAMPLES_COPIED and score != 1.0}
     assert not short, f"gold answers below full marks: {short}"
+    assert all(score in (0.0, None) for (g, _), score in golds.items() if g in EXAMPLES_COPIED)
     assert all(score is None for (g, _), score in golds.items() if g in BLIND)
 
 
@@ -525,13 +532,14 @@ def server_module():
 
 @pytest.mark.parametrize(("answer", "numbers"), [
     ("6*(98 - 54) - 34 - 65", [6, 98, 54, 34, 65]), ("((1+2))*3/4", [1, 2, 3, 4]), (" 10 ", [10]), ("0*7", [0, 7]),
+    ("-1 + 72*(89 - 77)/1", [1, 72, 89, 77, 1]), ("(-3+5)*2", [3, 5, 2]),  # a leading minus: countdown's own golds
 ])
 def test_arithmetic_grammar_accepts_integers_four_operators_and_brackets(answer, numbers):
     assert server_module().arithmetic_numbers(answer) == numbers
 
 
 @pytest.mark.parametrize("answer", [
-    "(26**((13+24)//15))", "2**3", "8//2", "2.5*4", "1e3", "-3+5", "3+-5", "sign(3)", "1 2", "3+", "()", "(1", "1)",
+    "(26**((13+24)//15))", "2**3", "8//2", "2.5*4", "1e3", "--3+5", "3+-5", "3*-5", "sign(3)", "1 2", "3+", "()", "(1", "1)",
     "007", "0x1f", "١٢", "(" * 33 + "1" + ")" * 33, "", "[1]", "1;2", "True",
 ])
 def test_arithmetic_grammar_refuses_everything_else(answer):

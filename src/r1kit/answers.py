@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from decimal import Decimal, InvalidOperation
 
 MAX_ANSWER_CHARS = 20_000  # the answer is at the end: the readers read the last 20 k characters
 MAX_KEPT = 2_000  # characters of an answer kept (an ARC grid runs to 1,800)
@@ -90,7 +91,20 @@ def normalise(answer: str) -> str:
     text = _ASSIGNED.sub("", _THOUSANDS.sub("", text))
     while len(text) > 1 and text[0] + text[-1] in ("()", "[]", "{}") and _balanced(text[1:-1]):
         text = text[1:-1].strip()
-    return text
+    return _canonical_number(text)
+
+
+def _canonical_number(text: str) -> str:
+    """A plain number in one spelling (`7.0`, `07`, `+7` and `7.` are `7`), so that a constant answer cannot hide
+    behind its spellings; anything else unchanged."""
+    if len(text) > 100 or not _PLAIN_NUMBER.fullmatch(text) or "," in text:
+        return text
+    try:
+        value = Decimal(text.rstrip("."))
+    except InvalidOperation:
+        return text
+    spelled = format(value.normalize(), "f")
+    return "0" if spelled in ("-0", "0") else spelled
 
 
 def _balanced(text: str) -> bool:

@@ -15,6 +15,7 @@ alone, bounded: at most `MAX_PREMISES` statements of at most `MAX_PART` characte
 
 from __future__ import annotations
 
+import collections
 import re
 from typing import Any
 
@@ -117,14 +118,14 @@ _ANY_NUMBER = re.compile(r"\d+(?:\.\d+)?", re.ASCII)
 
 
 def restates_question(answer: str, gold: str, question: str) -> bool:
-    """Whether `answer` restates the question's numbers instead of giving its result: it holds more numbers than the
-    gold, at least two, each of them a number of the question (`499+296` or `499 296` for `499+296=`, which
-    math-verify reads as 795, `5 - 3 - 6` for `Calculate 5 - 3 - 6.`). A verifier that evaluates expressions pays
-    such an answer on every row, so it is wrong; the gold's own form (`\\frac{3}{4}` for `\\frac{3}{4}`) never
-    counts as one."""
-    answer, gold = str(answer)[: MAX_PART * 4], str(gold)[: MAX_PART * 4]
+    """Whether `answer` restates the question's numbers instead of giving its result: what it says after its last
+    `=` holds more numbers than the gold and at least two of the question's (`499+296`, `499 296`, which math-verify
+    reads as 795, `499+296+0`, `(499+296)\\cdot 1` for `499+296=`; `5 - 3 - 6` for `Calculate 5 - 3 - 6.`). A
+    verifier that evaluates expressions pays such an answer on every row, so it is wrong. An equation ending in the
+    result (`499+296=795`) and the gold's own form (`\\frac{3}{4}` for `\\frac{3}{4}`) never count as one."""
+    answer, gold = str(answer)[: MAX_PART * 4].rsplit("=", 1)[-1], str(gold)[: MAX_PART * 4]
     used = _ANY_NUMBER.findall(answer)
     if len(used) < 2 or len(used) <= len(_ANY_NUMBER.findall(gold)):
         return False
-    given = set(_ANY_NUMBER.findall(str(question)[-MAX_QUESTION:]))
-    return all(number in given for number in used)
+    given = collections.Counter(_ANY_NUMBER.findall(str(question)[-MAX_QUESTION:]))
+    return sum((collections.Counter(used) & given).values()) >= 2

@@ -22,7 +22,7 @@ import re
 from typing import Any
 
 from r1kit import mathjudge
-from r1kit.answers import final_answer, last_answer, last_boxed
+from r1kit.answers import all_boxed, final_answer, last_answer
 from r1kit.copies import is_copy
 from r1kit.rewards.code import extract_code, known_language, test_cases_program
 from r1kit.rewards.gym import parse_record, score_completions
@@ -40,10 +40,11 @@ MAX_EXAMPLE_CHARS = 10_000
 # Math
 # --------------------------------------------------------------------------------------------------------------------
 def math_answer(completion: str) -> str | None:
-    """Where a math reward reads the answer: the last `\\boxed{}`, else the last `<answer>` block; None without."""
+    """Where a math reward reads the answer: the last non-empty `\\boxed{}`, else the last `<answer>` block; None
+    without either."""
     text = str(completion)[-MAX_ANSWER_CHARS:]
-    found = last_boxed(text)
-    return found if found is not None else last_answer(text)
+    boxed = [b for b in all_boxed(text, limit=4) if b.strip()]
+    return boxed[0] if boxed else last_answer(text)
 
 
 def math_verdict(completion: str, gold: Any, question: str | None = None) -> Verdict:
@@ -90,8 +91,9 @@ def gym_verdicts(texts: list[str], records: list[Any], timeout: float, allow_uns
 # Code: a fresh jail, tests reversed; tests from the prompt's examples where the row gives none
 # --------------------------------------------------------------------------------------------------------------------
 _EXAMPLE = re.compile(
-    r"(?:sample\s+|example\s+)?input(?:\s*#?\s*\d+)?\s*:?[ \t]*\n(.*?)\n[ \t]*(?:sample\s+|example\s+)?output"
-    r"(?:\s*#?\s*\d+)?\s*:?[ \t]*\n(.*?)(?=\n[ \t]*(?:sample\s+|example\s+)?(?:input|note|explanation)\b|\Z)",
+    r"(?:sample[ \t]+|example[ \t]+)?input(?:[ \t]*#?[ \t]*\d+)?[ \t]*:?[ \t]*\n(.*?)\n[ \t]*"
+    r"(?:sample[ \t]+|example[ \t]+)?output(?:[ \t]*#?[ \t]*\d+)?[ \t]*:?[ \t]*\n(.*?)"
+    r"(?=\n\s*(?:sample[ \t]+|example[ \t]+)?(?:input|note|explanation)\b|\Z)",
     re.IGNORECASE | re.DOTALL)
 
 

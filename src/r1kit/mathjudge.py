@@ -39,7 +39,7 @@ class Unreadable(ValueError):
 # --------------------------------------------------------------------------------------------------------------------
 # Text to tokens
 # --------------------------------------------------------------------------------------------------------------------
-_DROP = ("\\left", "\\right", "\\displaystyle", "\\!", "\\,", "\\;", "\\:", "\\quad", "\\qquad", "\\ ", "~", "$",
+_DROP = ("\\left", "\\right", "\\displaystyle", "\\!", "\\,", "\\;", "\\:", "\\quad", "\\qquad", "\\ ", "~", "\\$", "$",
          "\\(", "\\)", "\\[", "\\]", "\\big", "\\Big")
 _REPLACE = {"\\dfrac": "\\frac", "\\tfrac": "\\frac", "\\cdot": "*", "\\times": "*", "\\div": "/", "×": "*", "·": "*",
             "÷": "/", "−": "-", "π": "\\pi", "∞": "\\infty", "√": "\\sqrt", "\\lbrace": "\\{", "\\rbrace": "\\}"}
@@ -73,7 +73,7 @@ def clean(text: str) -> str:
     for old, new in _REPLACE.items():
         text = text.replace(old, new)
     text = _WORDS.sub(",", text).strip().rstrip(".").strip()
-    text = re.sub(r"^[A-Za-z]\s*=(?!=)", "", text).strip()  # x = 5
+    text = text.rsplit("=", 1)[-1].strip()  # `x = 5`, `499+296=795`: what the equation ends in
     if _THOUSANDS.match(text):
         text = text.replace(",", "")
     return text
@@ -407,18 +407,35 @@ def equal(gold, answer) -> bool:
 
 
 def _members(node) -> list:
-    return node[1] if node[0] in ("set", "list") else [node]
+    """The members of a set or of several answers, each once (`795, 795` is one answer); a value alone."""
+    if node[0] not in ("set", "list"):
+        return [node]
+    kept: list = []
+    for item in node[1]:
+        try:
+            if any(equal(item, other) for other in kept):
+                continue
+        except (Unreadable, RecursionError):
+            pass
+        kept.append(item)
+    return kept
 
 
 def restates(answer, gold, question: str | None) -> bool:
-    """The answer holds more numbers than the gold, at least two, and every one of them is one of the question's."""
+    """The answer holds more numbers than the gold, and at least two of them are the question's (padding such as
+    `+0` or `\\cdot 1` does not hide a copy)."""
     if not question:
         return False
     used = numbers(answer)
     if len(used) < 2 or len(used) <= len(numbers(gold)):
         return False
-    given = {Fraction(n) for n in re.findall(r"\d+(?:\.\d+)?", str(question)[-20_000:], re.ASCII)}
-    return all(n in given for n in used)
+    given = list(Fraction(n) for n in re.findall(r"\d+(?:\.\d+)?", str(question)[-20_000:], re.ASCII))
+    found = 0
+    for number in used:
+        if number in given:
+            given.remove(number)
+            found += 1
+    return found >= 2
 
 
 def judge(answer_text: str | None, gold_text, question: str | None = None) -> Verdict:
@@ -434,7 +451,7 @@ def judge(answer_text: str | None, gold_text, question: str | None = None) -> Ve
         answer = parse(answer_text)
     except (Unreadable, RecursionError):
         return _hedge(answer_text, gold)
-    if gold[0] not in ("list", "set") and answer[0] == "list":
+    if gold[0] not in ("list", "set") and answer[0] == "list" and len(_members(answer)) > 1:
         return False  # several answers for one gold: a hedge
     if restates(answer, gold, question):
         return False

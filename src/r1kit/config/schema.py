@@ -295,15 +295,18 @@ class GRPOConfig(RunFields, trl.GRPOConfig):
             prompt once, through an SDPA mask, `r1kit.packing`) and, on CUDA, `packed_flex` (the same through a
             FlexAttention block mask). Naming one takes it where it can run (TRL's dense pass otherwise, said so).
         second_opinion_samples (`int`, defaults to `4`): completions per reward and per training batch judged again
-            by an independent path (math: a small number grammar and exact fractions; code: a fresh jail, tests in
-            reverse order; reasoning_gym: the scorer in a process of its own), drawn on the main process, weighted
-            toward high rewards; logs `second_opinion/<reward>/disagreement` and writes disagreeing rows to
-            `OUTPUT_DIR/second_opinion.jsonl`. 0 turns it off. See `r1kit.second_opinion`.
+            by an independent judge, never the reward's scorer (`r1kit.independent`; math: a parser and evaluator of
+            its own; code: a fresh jail, tests in reverse order or the prompt's examples; reasoning_gym: the answer
+            re-verified on twins of its question and on the question stripped to one premise), drawn on the main
+            process, weighted toward high rewards; logs `second_opinion/<reward>/disagreement`, `unchecked`,
+            `judge_correct`, `reward_correct` and writes disagreeing rows to `OUTPUT_DIR/second_opinion.jsonl`. 0
+            turns it off. See `r1kit.second_opinion`.
         second_opinion_kinds (`dict[str, str]` or `None`, defaults to `None`): rewards of `reward_funcs` without a
             second opinion of their own (a `module:function`) checked as a kind: `math` (reads `solution`), `code`
             (`verification_info`) or `reasoning_gym` (`reasoning_gym`).
         tripwires (`dict` or `None`, defaults to `None`): per wire (`reward_vs_heldout`, `format_vs_accuracy`,
-            `length_blowup`, `length_collapse`, `collapse`, `disagreement`) any of `threshold` (`float`), `window`
+            `length_blowup`, `length_collapse`, `collapse`, `disagreement`, `drift`, `unchecked`) any of `threshold`
+            (`float`), `window`
             (`int`, steps) and `action` (`warn`, `stop` or `rollback`), over the defaults of
             `r1kit.tripwires.DEFAULT_WIRES` (every wire `warn`). `{}` or `None`: the defaults.
         tripwires_enabled (`bool`, defaults to `True`): measure and log the tripwires at all.

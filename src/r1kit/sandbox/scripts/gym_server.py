@@ -134,8 +134,9 @@ MAX_NESTING = 32  # brackets inside brackets an arithmetic answer may have
 
 
 def arithmetic_numbers(answer: str) -> list | None:
-    """The integers of `answer`, in order, when it is arithmetic: integers (no sign, no leading zero, no decimal
-    point), `+ - * /` between operands, brackets nested at most `MAX_NESTING` deep, spaces; else None. A parser of
+    """The integers of `answer`, in order, when it is arithmetic: integers (no leading zero, no decimal point), a minus
+    sign only before the first operand of an expression or a bracket (countdown's golds begin `-1 + ...`), `+ - * /`
+    between operands, brackets nested at most `MAX_NESTING` deep, spaces; else None. A parser of
     that grammar: `**`, `//`, `2.5`, names and calls are simply not in it."""
     tokens, i = [], 0
     while i < len(answer):
@@ -162,16 +163,18 @@ def arithmetic_numbers(answer: str) -> list | None:
 
 def _expression(tokens: list, at: int, depth: int, numbers: list) -> int:
     """Parses `operand (op operand)*` from `tokens[at]`; the index after it, or -1 where the grammar fails."""
-    at = _operand(tokens, at, depth, numbers)
+    at = _operand(tokens, at, depth, numbers, first=True)
     while at >= 0 and at < len(tokens) and tokens[at] in ("+", "-", "*", "/"):
         at = _operand(tokens, at + 1, depth, numbers)
     return at
 
 
-def _operand(tokens: list, at: int, depth: int, numbers: list) -> int:
+def _operand(tokens: list, at: int, depth: int, numbers: list, first: bool = False) -> int:
     if at < 0 or at >= len(tokens):
         return -1
     token = tokens[at]
+    if token == "-" and first and at + 1 < len(tokens) and tokens[at + 1] != "-":
+        return _operand(tokens, at + 1, depth, numbers)  # a leading minus (`-1 + 72*(89 - 77)`: countdown's own golds)
     if isinstance(token, int):
         numbers.append(token)
         return at + 1
