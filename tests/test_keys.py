@@ -79,6 +79,13 @@ GRPO_ERRORS = [  # (case, recipe text or None for no file, flags, what the one l
     ("unknown reward on the line", "max_steps: 2\n", ["--reward_funcs", "accuracy", "formt"], "'formt' (did you mean "
                                                                                              "'format'?)"),
     ("env block", "env: {FOO: [1]}\n", [], "env: FOO takes a string"),
+    ("not a number", "learning_rate: abc\n", [], "learning_rate in recipe.yaml must be a number"),
+    ("not a whole number", "max_steps: 2\n", ["--max_steps", "2.5"], "max_steps on the command line must be a whole"),
+    ("not true/false", "max_steps: 2\n", ["--use_peft", "maybe"], "use_peft on the command line: invalid true/false"),
+    ("not a choice (TRL's)", "loss_type: dapoo\n", [], "(did you mean 'dapo'?)"),
+    ("not a choice (an enum)", "max_steps: 2\n", ["--lr_scheduler_type", "cosin"], "(did you mean 'cosine'?)"),
+    ("missing dataset path", "dataset_name: ./missing.jsonl\n", [], "dataset_name: ./missing.jsonl does not exist"),
+    ("missing model path", "max_steps: 2\n", ["--model_name_or_path", "/no/such/model"], "does not exist"),
     ("world size launch", None, ["--world-size", "2", "--config", "missing.yaml"], "recipe not found"),
 ]
 
@@ -108,6 +115,13 @@ def test_with_other_versions_installed_unknown_keys_are_left_to_the_full_parser(
     monkeypatch.setattr(keys, "catalogue_applies", lambda: True)
     with raises_naming("some_new_trl_key"):
         keys.precheck("grpo", ["--config", str(tmp_path / "r.yaml")])
+
+
+def test_values_the_full_parser_takes_pass_the_precheck(tmp_path):
+    (tmp_path / "r.yaml").write_text("save_strategy: no\nlearning_rate: 1.0e-5\nmax_steps: 4\nuse_peft: true\n"
+                                     "hub_model_id: null\nloss_type: dapo\n")
+    assert keys.precheck("grpo", ["--config", str(tmp_path / "r.yaml"), "--bf16", "false", "--max_steps=8",
+                                  "--hub_model_id", "null", "--report_to", "none"]) is False
 
 
 def test_open_r1_renamed_keys_pass_the_precheck(tmp_path):

@@ -4,8 +4,9 @@
 - `r1kit keys [grpo|sft] [WORD]`: every key with its type, default and one line;
 - `r1kit grpo -h` / `r1kit sft -h`: the usage line, the ten keys people change most, and where the rest are;
 - `precheck`: what a training command can check before it imports TRL (30-50 s on a loaded machine): its own flags,
-  the recipe file (found, UTF-8, YAML, its `env:` block), unknown keys in the file and on the command line, and
-  reward names. The full parser checks all of it again, and more, once TRL is loaded.
+  the recipe file (found, UTF-8, YAML, its `env:` block), unknown keys in the file and on the command line, values
+  of number, true/false and closed-choice keys, a dataset or model path that does not exist, and reward names. The
+  full parser checks all of it again, and more, once TRL is loaded.
 
 TrainingArguments' and TRL's fields come from the installed transformers and TRL, so the catalogue records their
 versions: with others installed, unknown keys are left to the full parser (a key the catalogue lacks may exist).
@@ -15,14 +16,23 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import textwrap
 from importlib import metadata
 from pathlib import Path
 
 from r1kit import launch
-from r1kit.config.command import DEFAULT_RECIPE, env_block, load_recipe, split_command_line, unknown_key_error
+from r1kit.config.command import (
+    DEFAULT_RECIPE,
+    check_choice,
+    env_block,
+    load_recipe,
+    split_command_line,
+    unknown_key_error,
+)
 from r1kit.config.compat import KEY_MIGRATIONS
 from r1kit.errors import ConfigError
+from r1kit.hub import relative_to_cwd
 from r1kit.rewards import check_reward_names
 
 CATALOGUE_FILE = Path(__file__).with_name("keys.json")
@@ -87,9 +97,82 @@ def precheck(command: str, argv: list[str]) -> bool:
         for key in option_names(line.overrides):
             if key not in known and key not in KEY_MIGRATIONS:
                 raise unknown_key_error(key, known, "on the command line")
+    if known is not None:
+        by_name = {k["name"]: k for k in keys(command)}
+        for key, value in config.items():
+            if key in by_name:
+                check_value(key, value, by_name[key], f" in {line.config}")
+        for key, value in option_values(line.overrides):
+            if key in by_name:
+                check_value(key, value, by_name[key], " on the command line")
+    check_paths(config, line.overrides)
     if command == "grpo":
         check_reward_names(reward_names(config.get("reward_funcs"), line.overrides))
     return False
+
+
+SCALARS = {"int": int, "float": float, "bool": bool}
+TRUE_FALSE = {"true": True, "false": False, "yes": True, "no": False, "1": True, "0": False}
+
+
+def check_value(key: str, value, entry: dict, where: str) -> None:
+    """A value of a whole-number, number or true/false key, or of one with a closed set of values, checked as the full
+    parser would (a type the catalogue does not spell simply is left to it). `value` is YAML's, or the command
+    line's text."""
+    members = [m.strip() for m in entry["type"].split("|")]
+    if value is None or ("None" in members and value in ("null", "~")):
+        return
+    choices = entry.get("choices")
+    if choices and not isinstance(value, (list, dict)):
+        if isinstance(value, bool) and ("yes" if value else "no") in choices:
+            return  # YAML's `no` (save_strategy: no), which the parser reads back as the choice
+        check_choice(key, str(value), choices)
+        return
+    base = [m for m in members if m != "None"]
+    if len(base) == 1 and base[0] in SCALARS:
+        _check_scalar(key, value, SCALARS[base[0]], where)
+
+
+def _check_scalar(key: str, value, kind: type, where: str) -> None:
+    if kind is bool:
+        if not isinstance(value, bool) and str(value).lower() not in TRUE_FALSE:
+            raise ConfigError(f"{key}{where}: invalid true/false value {value!r}")
+        return
+    if isinstance(value, bool) or isinstance(value, (list, dict)):
+        raise ConfigError(f"{key}{where} must be a number, got {value!r}")
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{key}{where} must be a number, got {value!r}") from None
+    if kind is int and number != int(number):
+        raise ConfigError(f"{key}{where} must be a whole number, got {value!r}")
+
+
+def option_values(overrides: list[str]) -> list[tuple[str, str]]:
+    """(key, value) of the `--key value` / `--key=value` overrides that give one value."""
+    out = []
+    for i, token in enumerate(overrides):
+        if not token.startswith("--"):
+            continue
+        name, eq, value = token[2:].partition("=")
+        values = [value] if eq else _values_after(overrides, i)
+        if len(values) == 1:
+            out.append((name.replace("-", "_"), values[0]))
+    return out
+
+
+def check_paths(config: dict, overrides: list[str]) -> None:
+    """A dataset or model written as a path (./, ../, /, ~) that does not exist: said now, as the pre-flight would."""
+    given = {**{k: v for k, v in config.items() if k in PATH_KEYS}, **dict(option_values(overrides))}
+    for key in PATH_KEYS:
+        name = given.get(key)
+        if isinstance(name, str) and name.startswith(("./", "../", "/", "~")):
+            path = Path(os.path.expanduser(name))
+            if not path.exists():
+                raise ConfigError(f"{key}: {name} does not exist{relative_to_cwd(path)}; fix the path")
+
+
+PATH_KEYS = ("dataset_name", "model_name_or_path")
 
 
 def option_names(overrides: list[str]) -> list[str]:

@@ -56,6 +56,7 @@ from r1kit.config.schema import (
     SFTConfig,
     SFTScriptArguments,
     check_generation_batch,
+    trl_choices,
 )
 from r1kit.config.yaml_limits import load_yaml
 from r1kit.console import shape_warnings
@@ -375,15 +376,30 @@ def write_key_catalogue() -> Path:
     return CATALOGUE_FILE
 
 
+TRL_CHOICE_KEYS = ("loss_type", "importance_sampling_level", "vllm_mode", "multi_objective_aggregation")  # schema
+
+
 def _key_entries(dataclass_types: tuple) -> list[dict]:
     entries, seen = [], set()
+    choices = _choices(dataclass_types)
     for kind in dataclass_types:
         for f in dataclasses.fields(kind):
             if f.init and f.name not in seen:
                 seen.add(f.name)
-                entries.append({"name": f.name, "type": _type_name(_annotation(kind, f)), "default": _plain_default(f),
-                                "help": _first_sentence(f.metadata.get("help", ""))})
+                entry = {"name": f.name, "type": _type_name(_annotation(kind, f)), "default": _plain_default(f),
+                         "help": _first_sentence(f.metadata.get("help", ""))}
+                entries.append({**entry, "choices": choices[f.name]} if f.name in choices else entry)
     return entries
+
+
+def _choices(dataclass_types: tuple) -> dict[str, list[str]]:
+    """The closed sets of values the parser and the schema hold keys to: argparse's choices (r1kit's `Literal`s,
+    transformers' enums) and TRL's documented values that `GRPOConfig` checks (`trl_choices`)."""
+    found = {action.dest: [str(c) for c in action.choices] for action in _make_parser(dataclass_types)._actions
+             if action.choices and action.option_strings}
+    if GRPOConfig in dataclass_types:
+        found.update({name: list(trl_choices(name)) for name in TRL_CHOICE_KEYS if trl_choices(name)})
+    return found
 
 
 def _annotation(kind: type, f: dataclasses.Field) -> Any:
