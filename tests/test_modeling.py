@@ -36,6 +36,25 @@ def test_builtin_tiny_model_is_built_once_and_loads():
         resolve_model_path("r1kit:huge")
 
 
+def test_a_rank_other_than_0_builds_the_whole_builtin_model(tmp_path, monkeypatch):
+    """Every rank of a launch resolves `r1kit:tiny-random` at once; transformers' save_pretrained writes nothing on
+    a rank other than 0, so the rank that published first used to leave a folder without config.json or weights."""
+    from transformers import AutoModelForCausalLM
+
+    from r1kit.modeling import build_char_tokenizer, build_tiny_llama
+
+    monkeypatch.setenv("R1KIT_CACHE", str(tmp_path))
+    monkeypatch.setattr(torch.distributed, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.distributed, "get_rank", lambda *a, **k: 1)
+    path = resolve_model_path("r1kit:tiny-random")
+    monkeypatch.undo()
+    loaded = AutoModelForCausalLM.from_pretrained(path)
+    built = build_tiny_llama(build_char_tokenizer())
+    assert loaded.state_dict().keys() == built.state_dict().keys()
+    assert all(torch.equal(loaded.state_dict()[k], v) for k, v in built.state_dict().items())
+    assert loaded.lm_head.weight.data_ptr() == loaded.model.embed_tokens.weight.data_ptr()  # still tied
+
+
 def test_chat_template_override_and_pad_token(tiny_model_dir):
     template = "{% for m in messages %}[{{ m['content'] }}]{% endfor %}"
     tokenizer = get_tokenizer(model_args(model_name_or_path=str(tiny_model_dir)), training_args(chat_template=template))

@@ -184,11 +184,7 @@ def gguf_to_folder(path: Path) -> str:
     model = AutoModelForCausalLM.from_config(type(quantised.config).from_dict(config_dict), dtype=torch.float32)
     model.load_state_dict(quantised.state_dict(), strict=True)
     model.generation_config = quantised.generation_config
-    tmp = folder.with_name(folder.name + f".tmp{os.getpid()}")
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp.rename(folder)
+    publish_model_folder(folder, model, tokenizer)
     return str(folder)
 
 
@@ -213,17 +209,42 @@ def resolve_model_path(name: str, gguf_file: str | None = None) -> str:
     folder = cache_dir() / "models" / f"{which}-v{BUILTIN_FORMAT}"
     if not (folder / "config.json").exists():
         tokenizer = build_char_tokenizer()
-        model = build_tiny_llama(tokenizer)
-        tmp = folder.with_name(folder.name + f".tmp{os.getpid()}")
-        tokenizer.save_pretrained(tmp)
-        model.save_pretrained(tmp)
-        folder.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            tmp.rename(folder)
-        except OSError:  # another process built it first
-
-            shutil.rmtree(tmp, ignore_errors=True)
+        publish_model_folder(folder, build_tiny_llama(tokenizer), tokenizer)
     return str(folder)
+
+
+def publish_model_folder(folder: Path, model, tokenizer) -> None:
+    """Writes `model` and `tokenizer` into a private folder, then renames it to `folder`: every rank of a launch may
+    build the same cached model at once, and each either publishes a complete folder or finds one already there.
+
+    The weights are written with safetensors, not `save_pretrained`: under an initialised process group,
+    transformers' `save_pretrained` writes nothing on a rank other than 0, and that rank would publish a folder
+    holding the tokenizer alone (every rank then failed to load it: "Should have a `model_type` key")."""
+    from safetensors.torch import save_file
+
+    tmp = folder.with_name(folder.name + f".tmp{os.getpid()}")
+    tokenizer.save_pretrained(tmp)
+    model.config.save_pretrained(tmp)
+    if model.generation_config is not None:
+        model.generation_config.save_pretrained(tmp)
+    save_file(unshared_state_dict(model), str(tmp / "model.safetensors"), metadata={"format": "pt"})
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        tmp.rename(folder)
+    except OSError:  # another process published it first
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def unshared_state_dict(model) -> dict:
+    """The model's tensors with tied copies left out (safetensors refuses shared storage): the first name of each
+    storage in module order is kept (`embed_tokens` before a tied `lm_head`), which is what transformers ties from."""
+    seen, tensors = set(), {}
+    for name, tensor in model.state_dict().items():
+        key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape))
+        if key not in seen:
+            seen.add(key)
+            tensors[name] = tensor.detach().contiguous()
+    return tensors
 
 
 def _load_error(what: str, name: str, e: BaseException):
