@@ -74,3 +74,28 @@ def test_two_ranks_roll_back_and_stop_together_when_a_tripwire_fires(tmp_path, t
     assert json.loads((out / "trainer_state.json").read_text())["global_step"] == 3
     fired = [json.loads(line) for line in (out / "tripwires.jsonl").read_text().splitlines()]
     assert [(f["step"], f["action"]) for f in fired][-1] == (3, "stop")
+
+
+RELEASE_WORKER = """
+import sys, torch.distributed as dist
+from r1kit.console import with_outcome
+dist.init_process_group("gloo")
+code = with_outcome(lambda: 0)
+print(f"rank {dist.get_rank() if dist.is_initialized() else '-'} initialized {dist.is_initialized()}", flush=True)
+sys.exit(code)
+"""
+
+
+@pytest.mark.slow
+def test_a_command_of_a_multi_process_launch_lets_its_process_group_go(tmp_path):
+    """A gloo group left to the interpreter's exit could abort a rank after its run ended well (SIGABRT turned a
+    finished 2-rank run's 0 into -6): each worker's command destroys the group as it ends."""
+    script = tmp_path / "worker.py"
+    script.write_text(RELEASE_WORKER)
+    torchrun = shutil.which("torchrun") or str(Path(sys.executable).with_name("torchrun"))
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    env.pop("MASTER_PORT", None)
+    result = subprocess.run([torchrun, "--standalone", "--nproc_per_node", "2", str(script)], env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.count("initialized False") == 2, result.stdout

@@ -167,6 +167,7 @@ def with_outcome(command: Callable[[], int]) -> int:
             return command()
         finally:
             quiet_after_run()
+            release_process_group()
     rank = os.environ.get("RANK", str(os.getpid()))
     _write_outcome(folder, f"pid-{rank}", str(os.getpid()))
     code = 1
@@ -180,8 +181,25 @@ def with_outcome(command: Callable[[], int]) -> int:
         raise
     finally:
         quiet_after_run()
+        release_process_group()
         _write_outcome(folder, f"code-{rank}", str(code))
     return code
+
+
+def release_process_group() -> None:
+    """Destroys the launch's process group when the command ends, in a worker of a multi-process launch: a gloo group
+    left to the interpreter's exit can abort the process after the run has ended well ("terminate called without an
+    active exception", SIGABRT, seen on a 2-rank CPU run), turning its exit code 0 or 75 into -6. Not collective: a
+    rank that ends first does not wait for the others. A one-process command (tests calling r1kit in-process, a
+    notebook) keeps its group: accelerate's state outlives the command there."""
+    torch = sys.modules.get("torch")
+    if torch is None or int(os.environ.get("WORLD_SIZE", "1") or 1) <= 1:
+        return
+    try:
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+    except Exception:  # noqa: BLE001 - the run has its outcome; a failed teardown must not change it
+        pass
 
 
 def _write_outcome(folder: str, name: str, text: str) -> None:
