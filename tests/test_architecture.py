@@ -1,6 +1,6 @@
 """The package's shape, read from its source: imports point one way (no cycle, each module imports only modules
-the README's layout lists above it), a function-local import of an r1kit module only defers a heavy library and
-says which, and the layout names every module."""
+the layout in docs/development.md lists above it), a function-local import of an r1kit module only defers a heavy
+library and says which, and the layout names every module."""
 
 from __future__ import annotations
 
@@ -68,9 +68,9 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 
 def layout_order() -> list[str]:
-    """The modules the README's layout section names, top to bottom (a package line stands for its __init__, its
-    indented lines name its modules)."""
-    text = (ROOT / "README.md").read_text()
+    """The modules the layout section of docs/development.md names, top to bottom (a package line stands for its
+    __init__, its indented lines name its modules)."""
+    text = (ROOT / "docs" / "development.md").read_text()
     block = text[text.index("## Layout"):]
     block = block[block.index("```") + 3 : block.index("```", block.index("```") + 3)]
     order, package = [], None
