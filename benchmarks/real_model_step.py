@@ -33,7 +33,7 @@ VARIANTS = [
     ("the recipe, training_pass: bucketed (the default before it was measured per device)",
      ["--training_pass", "bucketed"]),
     ("the recipe, training_pass: dense (TRL's)", ["--training_pass", "dense"]),
-    # needs vLLM's CPU build (README, "vLLM on a CPU machine"); last, so that one engine lives in this process
+    # needs vLLM's CPU build (docs/vllm.md, "vLLM on a CPU machine"); last, so that one engine lives in this process
     ("bf16 autocast, LoRA, 2 threads, colocated vLLM", ["--use_vllm", "true", "--vllm_mode", "colocate",
                                                         "--vllm_max_model_length", "512"]),
     ("bf16 autocast, LoRA, 2 threads, colocated vLLM, no IS correction",

