@@ -117,5 +117,24 @@ def _balanced(text: str) -> bool:
 
 
 def answer_of(text: str, gold: str | None = None) -> str:
-    """`final_answer` normalised: the key under which the wires group replies."""
-    return normalise(final_answer(text, gold))
+    """`final_answer` normalised: the key under which the wires group replies. An answer the math judge reads as one
+    number is keyed by its value, so that one constant spelled several ways (`7`, `6+1`, `\\frac{14}{2}`,
+    `\\sqrt{49}`) is one answer."""
+    answer = normalise(final_answer(text, gold))
+    return _value_key(answer) or answer
+
+
+def _value_key(answer: str) -> str | None:
+    """`=` and the value of a number-valued answer without variables (`r1kit.mathjudge`), else None."""
+    from r1kit import mathjudge
+
+    if not answer or len(answer) > mathjudge.MAX_CHARS:
+        return None
+    try:
+        tree = mathjudge.parse(answer)
+        if tree[0] in ("set", "list", "seq") or mathjudge.variables(tree):
+            return None
+        value = mathjudge.evaluate(tree, {})
+        return "=" + (str(value) if not isinstance(value, float) else format(value, ".9g"))
+    except Exception:  # noqa: BLE001 - unreadable: the text is the key
+        return None

@@ -46,7 +46,9 @@ _REPLACE = {"\\dfrac": "\\frac", "\\tfrac": "\\frac", "\\cdot": "*", "\\times": 
 _DEGREES = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|°|\\degree")
 _TEXT = re.compile(r"\\(?:text|mathrm|textbf|mbox|operatorname|mathbf)\s*\{([^{}]*)\}")
 _WORDS = re.compile(r"\b(?:or|and)\b")
-_TRAILING_UNIT = re.compile(r"(?<=[\d}).])\s*(?:[A-Za-z]{2,}\.?\s*)+(?:\^\{?\d\}?)?$")
+# each word takes its whole run of letters (`(?![A-Za-z])`): `[A-Za-z]{2,}` repeated could split a long run of
+# letters in exponentially many ways before failing (`5 aaaa...a!`, 40 letters: 20 s)
+_TRAILING_UNIT = re.compile(r"(?<=[\d}).])\s*(?:[A-Za-z]{2,}(?![A-Za-z])\.?\s*)+(?:\^\{?\d\}?)?$")
 _THOUSANDS = re.compile(r"^-?\d{1,3}(?:,\d{3})+(?:\.\d+)?$")
 _TOKEN = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+|\\[A-Za-z]+|\\\{|\\\}|\\%|[A-Za-z]|[-+*/^(){}\[\],=%!<>|])")
 FUNCTIONS = {"\\ln": math.log, "\\log": math.log10, "\\exp": math.exp, "\\sin": math.sin, "\\cos": math.cos,
@@ -361,7 +363,10 @@ def numbers(node) -> list[Fraction]:
 def close(a: Number, b: Number) -> bool:
     if isinstance(a, Fraction) and isinstance(b, Fraction):
         return a == b
-    a, b = float(a), float(b)
+    try:
+        a, b = float(a), float(b)
+    except OverflowError:  # an exact number past floating point (`10^{400}`) against a float (`\\sqrt{2}`, `\\pi`)
+        return False
     if math.isinf(a) or math.isinf(b):
         return a == b
     return abs(a - b) <= RELATIVE * max(1.0, abs(a), abs(b))
@@ -457,8 +462,8 @@ def judge(answer_text: str | None, gold_text, question: str | None = None) -> Ve
         return False
     try:
         return equal(gold, answer)
-    except (Unreadable, RecursionError):
-        return None
+    except (Unreadable, RecursionError, ArithmeticError, ValueError, TypeError):
+        return None  # never raises: one row that did would leave the whole batch unchecked
 
 
 def _hedge(answer_text: str, gold) -> Verdict:
