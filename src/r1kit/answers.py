@@ -17,6 +17,8 @@ import re
 import unicodedata
 from decimal import Decimal, InvalidOperation
 
+from r1kit import mathjudge
+
 MAX_ANSWER_CHARS = 20_000  # the answer is at the end: the readers read the last 20 k characters
 MAX_KEPT = 2_000  # characters of an answer kept (an ARC grid runs to 1,800)
 
@@ -126,8 +128,6 @@ def answer_of(text: str, gold: str | None = None) -> str:
 
 def _value_key(answer: str) -> str | None:
     """`=` and the value of a number-valued answer without variables (`r1kit.mathjudge`), else None."""
-    from r1kit import mathjudge
-
     if not answer or len(answer) > mathjudge.MAX_CHARS:
         return None
     try:
