@@ -87,7 +87,9 @@ torch.serialization.register_package(11, lambda obj: None, _restore_on_indexed_c
 
 TOOL_METRICS = ("tools/rollouts_using", "tools/calls_per_rollout", "tools/errors_per_rollout",
                 "tools/seconds_per_rollout", "tools/infrastructure_failures")
-DEFAULT_CPU_KVCACHE_GIB = 1  # VLLM_CPU_KVCACHE_SPACE when the environment leaves it unset (vLLM's own is 4 GiB)
+# VLLM_CPU_KVCACHE_SPACE when the environment leaves it unset (where it is unset, vLLM 0.31 sizes the cache from
+# gpu_memory_utilization: 0.92 of the machine's memory)
+DEFAULT_CPU_KVCACHE_GIB = 1
 
 
 def walk_weights_by_layer(generation) -> None:

@@ -441,6 +441,8 @@ def _json_safe(value: Any) -> bool:
 
 
 def _first_sentence(text: str) -> str:
+    """The help's first sentence: up to the first `.`, `!` or `?` before a space or the end, an abbreviation's dot
+    (`e.g.`, `i.e.`, `etc.`, `vs.`) not counted."""
     text = " ".join(str(text).split())
-    match = re.match(r"(.+?[.!?])(\s|$)", text)
+    match = re.match(r"(.+?(?<!\be\.g)(?<!\bi\.e)(?<!\betc)(?<!\bvs)[.!?])(\s|$)", text)
     return match[1] if match else text
