@@ -150,20 +150,29 @@ print("RESULT", json.dumps({"gaps": gaps, "texts": texts}))
 """
 
 
-def test_heldout_accuracy_generates_with_the_colocated_engine_at_the_current_weights(tmp_path, vllm_model_dir):
-    rows = [{"problem": f"{a}+{b}=", "solution": str(a + b), "flat": False} for a in range(10) for b in range(4)]
+def addition_heldout_recipe(tmp_path: Path, model_dir: Path, flat, **keys) -> tuple[Path, Path]:
+    """A colocated-vLLM recipe on 40 additions (32 to train, 8 held out; `flat(sum)` marks the rows the test reward
+    pays flat) with the held-out callback; (the recipe, its output folder). flat_or_length pays for length by design:
+    the exploit probes would stop it, so they are off."""
+    rows = [{"problem": f"{a}+{b}=", "solution": str(a + b), "flat": flat(a + b)} for a in range(10) for b in range(4)]
     data = tmp_path / "data"
     data.mkdir()
     for split, part in (("train", rows[:32]), ("test", rows[32:])):
         (data / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in part))
     out = tmp_path / "out"
     recipe = write_recipe(
-        tmp_path, model_name_or_path=str(vllm_model_dir), dataset_name=str(data), dataset_prompt_column="problem",
-        reward_funcs=["tests.rewards_for_tests:flat_or_length"], num_generations=4, per_device_train_batch_size=8,
-        max_completion_length=8, learning_rate=1e-2, output_dir=str(out), report_to="none", logging_steps=1,
-        save_strategy="no", use_vllm=True, vllm_mode="colocate", vllm_max_model_length=128, bf16=False,
-        torch_num_threads=1, seed=0, max_steps=2, callbacks=["heldout_accuracy"], heldout_eval_steps=1,
-        probe_rewards=False)  # flat_or_length pays for length by design: the exploit probes would stop it
+        tmp_path, model_name_or_path=str(model_dir), dataset_name=str(data), dataset_prompt_column="problem",
+        reward_funcs=["tests.rewards_for_tests:flat_or_length"], num_generations=4, learning_rate=1e-2,
+        output_dir=str(out), report_to="none", logging_steps=1, save_strategy="no", use_vllm=True,
+        vllm_mode="colocate", vllm_max_model_length=128, bf16=False, torch_num_threads=1, seed=0,
+        probe_rewards=False, callbacks=["heldout_accuracy"], **keys)
+    return recipe, out
+
+
+def test_heldout_accuracy_generates_with_the_colocated_engine_at_the_current_weights(tmp_path, vllm_model_dir):
+    recipe, out = addition_heldout_recipe(tmp_path, vllm_model_dir, lambda total: False,
+                                          per_device_train_batch_size=8, max_completion_length=8, max_steps=2,
+                                          heldout_eval_steps=1)
     env = process_env()
     result = subprocess.run([sys.executable, "-c", HELDOUT_CHECK, str(recipe)], cwd=ROOT, env=env,
                             capture_output=True, text=True, timeout=600)
@@ -301,20 +310,9 @@ def test_under_sharding_on_two_ranks_the_engines_and_heldout_follow_the_policy(t
 
     if config == "zero3":
         pytest.importorskip("deepspeed", reason="DeepSpeed not installed (r1kit[deepspeed])")
-    rows = [{"problem": f"{a}+{b}=", "solution": str(a + b), "flat": bool((a + b) % 3 == 0)}
-            for a in range(10) for b in range(4)]
-    data = tmp_path / "data"
-    data.mkdir()
-    for split, part in (("train", rows[:32]), ("test", rows[32:])):
-        (data / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in part))
-    out = tmp_path / "out"
-    recipe = write_recipe(
-        tmp_path, model_name_or_path=str(vllm_model_dir), dataset_name=str(data), dataset_prompt_column="problem",
-        reward_funcs=["tests.rewards_for_tests:flat_or_length"], num_generations=4, per_device_train_batch_size=4,
-        max_completion_length=12, learning_rate=1e-2, output_dir=str(out), report_to="none", logging_steps=1,
-        save_strategy="no", use_vllm=True, vllm_mode="colocate", vllm_max_model_length=128, bf16=False,
-        torch_num_threads=1, seed=0, max_steps=3, probe_rewards=False, callbacks=["heldout_accuracy"],
-        heldout_size=4, heldout_eval_steps=2)
+    recipe, out = addition_heldout_recipe(tmp_path, vllm_model_dir, lambda total: total % 3 == 0,
+                                          per_device_train_batch_size=4, max_completion_length=12, max_steps=3,
+                                          heldout_size=4, heldout_eval_steps=2)
     accelerate = shutil.which("accelerate") or str(Path(sys.executable).with_name("accelerate"))
     env = {k: v for k, v in process_env().items() if not k.startswith(("ACCELERATE_", "FSDP_"))}
     done = subprocess.run(

@@ -37,6 +37,11 @@ def error(message: str) -> int:
     return 2
 
 
+def show(text: str) -> None:
+    """A command's own output on stdout (a usage, a table), no secret named."""
+    print(redact(text))
+
+
 def say(line: str) -> None:
     """A command's own line on stderr (what a server binds, before its own output starts)."""
     print(redact(line), file=sys.stderr, flush=True)

@@ -31,6 +31,7 @@ from r1kit.config.command import (
     unknown_key_error,
 )
 from r1kit.config.compat import KEY_MIGRATIONS
+from r1kit.console import show
 from r1kit.errors import ConfigError
 from r1kit.hub import relative_to_cwd
 from r1kit.rewards import check_reward_names
@@ -85,7 +86,7 @@ def precheck(command: str, argv: list[str]) -> bool:
     _, argv = launch.world_size(argv)  # --world-size N without --dry-run: the launch's, not the recipe's
     line = split_command_line(argv, DEFAULT_RECIPE if command == "grpo" else None)
     if line.help:
-        print(usage(command))
+        show(usage(command))
         return True
     known = {k["name"] for k in keys(command)} if catalogue_applies() else None
     config = load_recipe(line.config) if line.config is not None else {}
@@ -268,5 +269,5 @@ def add_parser(subparsers):
 
 
 def run(args) -> int:
-    print(keys_table(args.command, args.word))
+    show(keys_table(args.command, args.word))
     return 0
