@@ -92,6 +92,8 @@ SAFE_FIELDS = frozenset({
     "e2b_router_url", "morph_router_url", "ioi_provider", "allow_unsandboxed_code_execution", "publish_to",
     "heldout_size", "heldout_eval_steps", "eval_every_steps", "stop_at_accuracy", "unjudged_share_limit",
     "dataset_num_proc",
+    # the objective is the same; only how stale the samples may be (corrected for) changes
+    "async_rollouts", "max_staleness", "weight_sync_steps", "rollout_timeout",
 })
 SAFE_PREFIXES = ("logging_", "log_", "eval_", "save_", "hub_", "push_to_hub", "wandb_", "trackio_", "benchmark_",
                  "dataloader_", "ddp_", "tripwire", "second_opinion_", "probe_", "resume", "torch_compile",

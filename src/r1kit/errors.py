@@ -4,6 +4,8 @@ without pulling in TRL.
 - `ConfigError`: a recipe, command line or input that cannot run. Its message is one line that names the field and
   says what to change; every command prints it as `r1kit: error: ...` with exit code 2 (`r1kit.console`).
 - `ConfigWarning`: a recipe value r1kit changed or a default that moved; printed as one `r1kit: warning: ...` line.
+- `GenerationUnavailable`: the generator (a background rollout producer, a vLLM server) failed beyond its retries;
+  the run stops with exit code 75 (resumable: its last checkpoint is intact).
 - Anything else raised is a bug (or an internal invariant broken mid-training) and keeps its traceback.
 """
 
@@ -16,6 +18,10 @@ class ConfigError(ValueError):
 
 class ConfigWarning(UserWarning):
     """A recipe value r1kit changed (renamed key, dropped key, bf16 without a GPU)."""
+
+
+class GenerationUnavailable(RuntimeError):
+    """The generator failed and kept failing after its retries: the run stops, resumable from its last checkpoint."""
 
 
 def one_line(exc: BaseException, limit: int = 300) -> str:

@@ -49,7 +49,6 @@ import math
 import os
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -63,14 +62,22 @@ from trl.trainer.utils import nanstd, use_adapter
 
 from r1kit.curriculum import SAMPLING_STATE, CurriculumRules, PromptPicker, join_pieces, prompt_key, slice_rows
 from r1kit.errors import ConfigError
+from r1kit.generators import (
+    DEFAULT_CPU_KVCACHE_GIB,
+    AsyncRolloutHooks,
+    no_nccl_communicator,
+    push_weights_through_files,
+    reload_vllm_weights,
+    walk_weights_by_layer,
+)
 from r1kit.machine import vllm_is_cpu_build
 from r1kit.passchoice import PassRunner
 from r1kit.rewardtap import RECENT_REWARD_WARNINGS, checked_reward, watch_reward_warnings
+from r1kit.rollouts import Lookahead
 from r1kit.sharding import ShardedAsLaunched
 from r1kit.tools import PythonInterpreter, prefetch
 from r1kit.unjudged import UnjudgedWatch, own_rows, reward_kind
 from r1kit.vllm_front import authenticated_client
-from r1kit.weightsync import Unsupported, iter_layer_weights, lora_layers
 
 logger = logging.getLogger(__name__)
 
@@ -87,99 +94,6 @@ torch.serialization.register_package(11, lambda obj: None, _restore_on_indexed_c
 
 TOOL_METRICS = ("tools/rollouts_using", "tools/calls_per_rollout", "tools/errors_per_rollout",
                 "tools/seconds_per_rollout", "tools/infrastructure_failures")
-# VLLM_CPU_KVCACHE_SPACE when the environment leaves it unset (where it is unset, vLLM 0.31 sizes the cache from
-# gpu_memory_utilization: 0.92 of the machine's memory)
-DEFAULT_CPU_KVCACHE_GIB = 1
-
-
-def walk_weights_by_layer(generation) -> None:
-    """TRL's weight walk for vLLM (`_iter_named_params`, which both its sync modes and r1kit's CPU paths read),
-    replaced on `generation` by `r1kit.weightsync`'s: one module gathered at a time, a LoRA layer merged from its own
-    gathered weights (TRL gathers the whole model to merge an adapter, trl#5766). FSDP1 and adapters that walk does not
-    cover keep TRL's, said once."""
-    original, dist = generation._iter_named_params, generation._dist
-    try:
-        lora_layers(generation.model)
-    except Unsupported as why:
-        logger.info("Weight sync to vLLM: TRL's walk (gathers the whole model to merge the adapter): %s", why)
-        return
-    if dist.is_fsdp and dist.fsdp_version == 1:
-        return
-    gather = dist.gather_params if dist.is_zero3 else None
-    generation._iter_named_params = lambda: iter_layer_weights(generation.model, gather, generation._fix_param_name_to_vllm)
-    generation.r1kit_original_walk = original
-
-
-def policy_weights(generation) -> Iterator[tuple[str, torch.Tensor]]:
-    """The policy's current weights, named as vLLM expects, one at a time (`walk_weights_by_layer`; a collective under
-    ZeRO-3 and FSDP: every process walks to the end). A tied output head is listed explicitly, last: vLLM's reload
-    repacks `lm_head` from its own entry, so leaving it out (as a tied model's parameter walk does) keeps a stale head
-    that mixes old and new weights."""
-    tied = getattr(generation.model.config, "tie_word_embeddings", False)
-    embedding, head = None, False
-    for name, tensor in generation._iter_named_params():
-        head = head or name == "lm_head.weight"
-        if tied and embedding is None and name.endswith("embed_tokens.weight"):
-            embedding = tensor.detach().clone()  # gathered for this yield only (ZeRO-3): kept for the head
-        yield name, tensor
-    if tied and not head and embedding is not None:
-        yield "lm_head.weight", embedding
-
-
-def reload_vllm_weights(generation) -> None:
-    """Pushes the policy's current weights into a colocated vLLM engine through vLLM's `reload_weights` (the CPU
-    backend's path: it restores each layer's parameters, loads and repacks), streamed: vLLM copies each weight as it
-    comes."""
-    generation.llm.collective_rpc("reload_weights",
-                                  kwargs={"weights_iterator": policy_weights(generation), "is_checkpoint_format": True})
-    generation.llm.reset_prefix_cache()
-
-
-FILE_BUCKET_BYTES = 256 * 2**20  # weights written per safetensors file by the file push: bounds what is held at once
-
-
-def push_weights_through_files(generation, folder: Path) -> None:
-    """Server mode without NCCL (vLLM's CPU build): every process walks the weights, the main one writes them as
-    safetensors files of at most `FILE_BUCKET_BYTES` into `folder` and asks the server to reload from there
-    (`POST /collective_rpc reload_weights`, one of vLLM's development endpoints, so the server runs with
-    VLLM_SERVER_DEV_MODE=1), then resets its prefix cache. The server must read `folder`: it runs on this machine or
-    shares the file system."""
-    from safetensors.torch import save_file
-
-    if not generation.accelerator.is_main_process:
-        for _ in generation._iter_named_params():  # take part in the gathers (ZeRO-3, FSDP)
-            pass
-        return
-    for old in folder.glob("*.safetensors"):
-        old.unlink()
-    bucket, size, files = {}, 0, 0
-    for name, tensor in policy_weights(generation):
-        bucket[name] = tensor.detach().contiguous().clone()
-        size += tensor.numel() * tensor.element_size()
-        if size >= FILE_BUCKET_BYTES:
-            files += 1
-            save_file(bucket, str(folder / f"model-{files:05d}.safetensors"))
-            bucket, size = {}, 0
-    if bucket:
-        save_file(bucket, str(folder / f"model-{files + 1:05d}.safetensors"))
-    client = generation.vllm_client
-    client._post(f"{client.base_url}/collective_rpc",
-                 json={"method": "reload_weights", "kwargs": {"weights_path": str(folder)}})
-    client.reset_prefix_cache()
-
-
-@contextlib.contextmanager
-def no_nccl_communicator():
-    """While TRL builds its server client: skip the NCCL communicator it opens (CUDA only). Weights then go through
-    files (`push_weights_through_files`); the client's HTTP generation is TRL's, unchanged."""
-    from trl.generation.vllm_client import VLLMClient
-
-    original = VLLMClient.init_communicator
-    VLLMClient.init_communicator = lambda self, device=0: None
-    try:
-        yield
-    finally:
-        VLLMClient.init_communicator = original
 
 
 class ColocatedEngine:
@@ -189,6 +103,7 @@ class ColocatedEngine:
     `sync()` pushes the weights when they changed since the engine last saw them (TRL's own bookkeeping, so the next
     training generation does not push them again); every process calls it, since under DeepSpeed ZeRO-3 or FSDP
     gathering the weights is a collective. `complete` runs on one process: the engine is that process's own copy.
+    With async rollouts the engine is the producer's: the weights are staged for it, and `complete` runs on its thread.
     """
 
     def __init__(self, trainer: GRPOTrainer):
@@ -197,11 +112,18 @@ class ColocatedEngine:
 
     def sync(self) -> None:
         trainer = self.trainer
-        if trainer.state.global_step != trainer._last_loaded_step:
+        if trainer.rollouts is not None:
+            trainer.hand_weights_to_generator(current=True)
+        elif trainer.state.global_step != trainer._last_loaded_step:
             trainer.vllm_generation.sync_weights()
             trainer._last_loaded_step = trainer.state.global_step
 
     def complete(self, prompts: list[str], max_new_tokens: int) -> list[str]:
+        if self.trainer.rollouts is not None:
+            return self.trainer.rollouts.call(lambda: self._complete(prompts, max_new_tokens))
+        return self._complete(prompts, max_new_tokens)
+
+    def _complete(self, prompts: list[str], max_new_tokens: int) -> list[str]:
         from vllm import SamplingParams
 
         # Token ids, not text: vLLM would add the tokenizer's special tokens to a text prompt, and the chat template
@@ -263,7 +185,7 @@ class R1SFTTrainer(ShardedAsLaunched, StopOnNonFiniteGradients, SFTTrainer):
         self.add_sharding_record()
 
 
-class R1Trainer(ShardedAsLaunched, StopOnNonFiniteGradients, GRPOTrainer):
+class R1Trainer(ShardedAsLaunched, StopOnNonFiniteGradients, AsyncRolloutHooks, GRPOTrainer):
     """TRL's `GRPOTrainer` with dynamic sampling and the pass-rate curriculum (see the module docstring). With neither
     turned on, it is TRL's trainer unchanged.
 
@@ -328,6 +250,8 @@ class R1Trainer(ShardedAsLaunched, StopOnNonFiniteGradients, GRPOTrainer):
         self._snapshots = self.picker is not None and self.args.gradient_accumulation_steps % self._generate_every != 0
         self._state_before_generation: dict | None = None
         self.passes = PassRunner(self.args, self.accelerator)  # the training pass: which one, measured; running it
+        self.rollouts = self._rollout_engine() if self.args.async_rollouts else None
+        self._ahead: Lookahead | None = None
         self.add_sharding_record()
 
     def _colocated_engine(self) -> ColocatedEngine | None:
@@ -425,6 +349,12 @@ class R1Trainer(ShardedAsLaunched, StopOnNonFiniteGradients, GRPOTrainer):
                               "sandbox, the rows), or set unjudged_share_limit: null to train anyway")
 
     def _generate_and_score_completions(self, inputs):
+        output = self._sample_and_score(inputs)
+        if self.rollouts is not None and self.model.training:
+            self._correct_for_the_sampler(output)
+        return output
+
+    def _sample_and_score(self, inputs):
         if self.picker is None or not self.model.training:
             return super()._generate_and_score_completions(inputs)
         if self._snapshots:
@@ -442,6 +372,7 @@ class R1Trainer(ShardedAsLaunched, StopOnNonFiniteGradients, GRPOTrainer):
         return self._generate_until_full(groups, replaced)
 
     def _save_checkpoint(self, model, trial):
+        self._save_rollout_state(trial)
         if self.picker is not None and self.args.should_save:
             # Written before the trainer's own files: a checkpoint complete by their standard has it too.
             folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
@@ -455,6 +386,8 @@ class R1Trainer(ShardedAsLaunched, StopOnNonFiniteGradients, GRPOTrainer):
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         super()._load_optimizer_and_scheduler(checkpoint)
+        if self.rollouts is not None and checkpoint is not None:
+            self._load_rollout_state(checkpoint)
         if self.picker is None or checkpoint is None:
             return
         path = os.path.join(checkpoint, SAMPLING_STATE)
@@ -574,22 +507,23 @@ class R1Trainer(ShardedAsLaunched, StopOnNonFiniteGradients, GRPOTrainer):
         attention depends only on relative positions, are unaffected). The vLLM importance-sampling ratio, computed
         per round, is kept."""
 
+        if "old_per_token_logps" in batch:
+            batch["old_per_token_logps"] = self._policy_logps(batch, self.model)
+        if "ref_per_token_logps" in batch:
+            if self.ref_model is not None:
+                batch["ref_per_token_logps"] = self._policy_logps(batch, self.ref_model)
+            else:  # a PEFT adapter: the base model (or the saved "ref" adapter) is the reference, as in TRL
+                model = self.accelerator.unwrap_model(self.model)
+                with use_adapter(model, adapter_name="ref" if "ref" in model.peft_config else None):
+                    batch["ref_per_token_logps"] = self._policy_logps(batch, self.model)
+
+    def _policy_logps(self, batch: dict, model) -> torch.Tensor:
+        """Per-token log-probabilities of the batch's completions under `model` as it is now, without gradients."""
         ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
         mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
-        keep = batch["completion_ids"].size(1)
-        size = self.args.per_device_train_batch_size
         with torch.no_grad(), disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
-            if "old_per_token_logps" in batch:
-                batch["old_per_token_logps"] = self._get_per_token_logps_and_entropies(
-                    self.model, ids, mask, keep, batch_size=size)[0]
-            if "ref_per_token_logps" in batch:
-                if self.ref_model is not None:
-                    ref = self._get_per_token_logps_and_entropies(self.ref_model, ids, mask, keep, batch_size=size)[0]
-                else:  # a PEFT adapter: the base model (or the saved "ref" adapter) is the reference, as in TRL
-                    model = self.accelerator.unwrap_model(self.model)
-                    with use_adapter(model, adapter_name="ref" if "ref" in model.peft_config else None):
-                        ref = self._get_per_token_logps_and_entropies(self.model, ids, mask, keep, batch_size=size)[0]
-                batch["ref_per_token_logps"] = ref
+            return self._get_per_token_logps_and_entropies(model, ids, mask, batch["completion_ids"].size(1),
+                                                           batch_size=self.args.per_device_train_batch_size)[0]
 
     def _group_signal(self) -> list[bool]:
         """For every group of the last round, on every rank (rank-major order): whether its weighted rewards differ,

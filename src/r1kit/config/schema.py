@@ -313,6 +313,18 @@ class GRPOConfig(RunFields, trl.GRPOConfig):
         tripwire_lr_factor (`float`, defaults to `0.5`): each `rollback` continues from its checkpoint with the
             learning rate multiplied by this, in (0, 1].
         tripwire_max_rollbacks (`int`, defaults to `2`): rollbacks allowed in a run; past them `rollback` stops.
+        async_rollouts (`bool`, defaults to `False`): generate the next generation batches in the background, with
+            the newest weights the generator has, while the trainer trains on the current one (one producer thread
+            per process: a copy of the policy under transformers, the colocated vLLM engine, or a client of the vLLM
+            server). The loss corrects for the older sampler with TRL's truncated importance weights
+            (`vllm_importance_sampling_*`). See `r1kit.rollouts` and docs/async-rollouts.md.
+        max_staleness (`int`, defaults to `1`): optimizer steps a batch's weights may lag the trainer's when it is
+            trained; an older batch is dropped, counted (`rollouts/stale_dropped`) and generated again. The producer
+            reads `max_staleness - weight_sync_steps + 1` generation batches ahead.
+        weight_sync_steps (`int`, defaults to `1`): optimizer steps between weight updates of the generator
+            (TRL's async trainer's name); at most `max_staleness`.
+        rollout_timeout (`float`, defaults to `600.0`): seconds one request to the vLLM server may take under
+            async_rollouts before it counts as failed (retried, then the run stops with exit code 75).
     """
 
     dynamic_sampling: bool = field(
@@ -366,6 +378,18 @@ class GRPOConfig(RunFields, trl.GRPOConfig):
     compact_progress: bool = field(
         default=False, metadata={"help": "Show the latest reward on the progress bar instead of printing every log."}
     )
+    async_rollouts: bool = field(
+        default=False, metadata={"help": "Generate the next batches in the background while the trainer trains."}
+    )
+    max_staleness: int = field(
+        default=1, metadata={"help": "async_rollouts: optimizer steps a batch's weights may lag; older ones are dropped."}
+    )
+    weight_sync_steps: int = field(
+        default=1, metadata={"help": "async_rollouts: optimizer steps between weight updates of the generator."}
+    )
+    rollout_timeout: float = field(
+        default=600.0, metadata={"help": "async_rollouts: seconds a request to the vLLM server may take."}
+    )
 
     def __post_init__(self):
         apply_machine_defaults(self)
@@ -398,6 +422,7 @@ class GRPOConfig(RunFields, trl.GRPOConfig):
             ("curriculum_explore", ">=", 0), ("curriculum_explore", "<=", 1), ("curriculum_history", ">=", 1),
         ])
         self.check_curriculum_window()
+        self.check_async_rollouts()
         check_choice("training_pass", self.training_pass, TRAINING_PASSES)
         limit = self.unjudged_share_limit
         if limit is not None and not (isinstance(limit, (int, float)) and 0.0 < limit <= 1.0):
@@ -417,6 +442,32 @@ class GRPOConfig(RunFields, trl.GRPOConfig):
         for reward, kind in kinds.items():
             check_choice(f"second_opinion_kinds.{reward}", kind, KINDS)
         parse_tripwires(self.tripwires)
+
+    def check_async_rollouts(self) -> None:
+        """What asynchronous rollouts need: a staleness bound the weight updates can keep, the correction for the
+        older sampler, and a generator one background thread can own."""
+        check_range(self, [("max_staleness", ">=", 0), ("weight_sync_steps", ">=", 1), ("rollout_timeout", ">", 0)])
+        if not self.async_rollouts:
+            return
+        if self.weight_sync_steps > self.max_staleness:
+            raise ConfigError(f"async_rollouts needs weight_sync_steps ({self.weight_sync_steps}) <= max_staleness "
+                              f"({self.max_staleness}): otherwise no batch can be generated ahead without being too "
+                              "stale; raise max_staleness or lower weight_sync_steps")
+        refusals = [
+            (not self.vllm_importance_sampling_correction, "vllm_importance_sampling_correction: false (the "
+             "correction for samples of older weights); set it to true"),
+            (self.use_vllm and self.vllm_enable_sleep_mode, "vllm_enable_sleep_mode (the engine would sleep while it "
+             "should generate); set it to false"),
+            (self.use_vllm and self.vllm_mode == "colocate" and self.vllm_tensor_parallel_size > 1,
+             "vllm_tensor_parallel_size > 1 in colocate mode (its generation is a collective a background thread "
+             "cannot join); use vllm_mode: server"),
+            (self.use_transformers_continuous_batching, "use_transformers_continuous_batching; set it to false"),
+            (self.loss_type == "vespo" and self.vllm_importance_sampling_mode not in ("token_truncate", "token_mask"),
+             "loss_type vespo with vllm_importance_sampling_mode other than token_truncate or token_mask"),
+        ]
+        for refused, what in refusals:
+            if refused:
+                raise ConfigError(f"async_rollouts does not work with {what}")
 
     def check_curriculum_window(self) -> None:
         """`curriculum_pass_rate_window` is `[low, high]` with 0 <= low <= high <= 1 (also given as "low,high")."""
