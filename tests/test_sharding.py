@@ -48,6 +48,7 @@ def launched(monkeypatch, name: str | None, world: int, gpu: bool = False) -> No
         monkeypatch.setenv(key, value)
     monkeypatch.setenv("WORLD_SIZE", str(world))
     monkeypatch.setattr(sharding, "has_cuda", lambda: gpu)
+    monkeypatch.setattr(sharding, "launching_command", lambda: None)  # (pytest's own launcher says nothing)
 
 
 def test_the_launch_is_read_from_accelerates_environment_and_the_recipe(monkeypatch):
@@ -58,6 +59,8 @@ def test_the_launch_is_read_from_accelerates_environment_and_the_recipe(monkeypa
     assert launch.name == "DeepSpeed ZeRO-2" and not launch.shards_parameters and launch.world == 8
     launched(monkeypatch, None, 2)
     assert sharding.requested(args(deepspeed={"zero_optimization": {"stage": 3}})).name == "DeepSpeed ZeRO-3"
+    assert sharding.requested(args(fsdp="full_shard", fsdp_config={})).name == "FSDP2"  # transformers' default
+    assert sharding.requested(args(fsdp="full_shard", fsdp_config={"fsdp_version": 1})).name == "FSDP1"
     assert sharding.requested(args()).name == "DDP"
 
 
@@ -97,6 +100,54 @@ def test_what_the_launch_cannot_give_is_refused_in_one_line(monkeypatch):
         sharding.check_launch(args())
 
 
+# --- what `accelerate launch` asked for, against what the process got ------------------------------------------------
+def accelerate_command(*flags: str, cwd: Path = REPO) -> tuple[list[str], str]:
+    """A worker's parent as psutil reports it: `accelerate launch FLAGS -m r1kit.grpo --config r.yaml`, its folder."""
+    return ([sys.executable, str(Path(sys.executable).with_name("accelerate")), "launch", *flags, "-m", "r1kit.grpo",
+             "--config", "r.yaml"], str(cwd))
+
+
+ONE, TWO = sharding.Launch(None, 0, 1, False), sharding.Launch(None, 0, 2, False)
+FSDP = ("--config_file", "recipes/accelerate_configs/fsdp.yaml")
+
+
+def test_an_accelerate_launch_that_started_less_than_its_command_asked_for_is_said(monkeypatch, tmp_path):
+    import accelerate.commands.config
+
+    monkeypatch.setattr(accelerate.commands.config, "default_config_file", str(tmp_path / "none.yaml"))  # no default
+    # accelerate's simple launcher: one process, whatever --num_processes said (--cpu; no --multi_gpu and no GPU)
+    said = sharding.shortfall(ONE, accelerate_command(*FSDP, "--num_processes", "2", "--cpu"))
+    assert all(w in said for w in ("FSDP on 2 processes", "--cpu", "started one process", "drop --cpu")), said
+    said = sharding.shortfall(ONE, accelerate_command("--num_processes", "2"))
+    assert "DDP on 2 processes" in said and "--multi_gpu --num_processes 2" in said and "--world-size 2" in said
+    multi_cpu = tmp_path / "cpu.yaml"  # what `accelerate config` writes for several CPU processes: mpirun's
+    multi_cpu.write_text("compute_environment: LOCAL_MACHINE\ndistributed_type: MULTI_CPU\nmixed_precision: 'no'\n"
+                         "num_machines: 1\nnum_processes: 2\nuse_cpu: true\n")
+    said = sharding.shortfall(ONE, accelerate_command("--config_file", "cpu.yaml", cwd=tmp_path))  # (relative)
+    assert "num_processes: 2" in said and "MULTI_CPU" in said and "mpirun" in said
+    # a flag silently wins over the config's sharding
+    said = sharding.shortfall(TWO, accelerate_command(*FSDP, "--multi_gpu", "--num_processes", "2"))
+    assert "--multi_gpu overrides" in said and "started DDP on 2 processes" in said and "drop --multi_gpu" in said
+    # as asked: nothing said
+    assert sharding.shortfall(sharding.Launch("fsdp", 2, 2, False), accelerate_command(*FSDP, "--num_processes", "2")) is None
+    assert sharding.shortfall(ONE, accelerate_command("--cpu")) is None
+    assert sharding.shortfall(TWO, accelerate_command("--multi_gpu", "--num_processes", "2")) is None
+    assert sharding.shortfall(TWO, (["torchrun", "--nproc_per_node", "2", "-m", "r1kit"], "/")) is None
+    # `r1kit launch accelerate launch` starts the workers itself; a flag given over accelerate's default config wins
+    assert sharding.accelerate_arguments([sys.executable, "-m", "r1kit", "launch", "accelerate", "launch", "--cpu",
+                                          "x.py"]) == ["--cpu", "x.py"]
+    (tmp_path / "default.yaml").write_text(multi_cpu.read_text().replace("MULTI_CPU", "FSDP"))
+    monkeypatch.setattr(accelerate.commands.config, "default_config_file", str(tmp_path / "default.yaml"))
+    assert sharding.shortfall(TWO, accelerate_command("--multi_gpu")) is None
+
+
+def test_the_shortfall_is_refused_before_the_other_launch_checks(monkeypatch):
+    launched(monkeypatch, None, 1)
+    monkeypatch.setattr(sharding, "launching_command", lambda: accelerate_command(*FSDP, "--num_processes", "2", "--cpu"))
+    with raises_naming("FSDP", "--cpu", "--num_processes"):
+        sharding.check_launch(args())
+
+
 # --- launched for real ------------------------------------------------------------------------------------------------
 def accelerate_launch(config: str, recipe: Path, *flags: str, command: str = "grpo") -> tuple[int, str]:
     """`accelerate launch --config_file recipes/accelerate_configs/<config> --num_processes 2 -m r1kit.<command>`, as
@@ -111,6 +162,39 @@ def accelerate_launch(config: str, recipe: Path, *flags: str, command: str = "gr
          "no", "--main_process_port", "0", "-m", f"r1kit.{command}", "--config", str(recipe), *flags],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
     return done.returncode, done.stdout + done.stderr
+
+
+LESS_THAN_ASKED = {  # launches that trained as one process, or unsharded, without a word (measured before r1kit refused)
+    "cpu over fsdp.yaml": (["accelerate", "launch", *FSDP, "--num_processes", "2", "--num_machines", "1", "--cpu"],
+                           ("FSDP on 2 processes", "--cpu", "started one process")),
+    "no --multi_gpu": (["accelerate", "launch", "--num_processes", "2"], ("DDP on 2 processes", "--multi_gpu")),
+    "multi_gpu over fsdp.yaml": (["r1kit", "launch", "accelerate", "launch", *FSDP, "--multi_gpu", "--num_processes", "2",
+                                  "--main_process_port", "0"], ("--multi_gpu overrides", "started DDP on 2 processes")),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", list(LESS_THAN_ASKED))
+def test_a_launch_that_starts_less_than_it_asked_for_is_refused_before_the_model_loads(tmp_path, case):
+    launcher, named = LESS_THAN_ASKED[case]
+    recipe = write_recipe(tmp_path, model_name_or_path="r1kit:demo", dataset_name="r1kit:addition",
+                          dataset_prompt_column="prompt", reward_funcs=["accuracy"], num_generations=4,
+                          per_device_train_batch_size=4, max_completion_length=8, max_steps=1, report_to="none",
+                          output_dir=str(tmp_path / "out"), probe_rewards=False)
+    env = {key: value for key, value in os.environ.items()
+           if not key.startswith(("ACCELERATE_", "FSDP_")) and key not in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_PORT")}
+    command = ([sys.executable, "-m", "r1kit", *launcher[1:]] if launcher[0] == "r1kit"
+               else [shutil.which("accelerate") or str(Path(sys.executable).with_name("accelerate")), *launcher[1:]])
+    done = subprocess.run([*command, "-m", "r1kit.grpo", "--config", str(recipe)], cwd=REPO, capture_output=True,
+                          text=True, timeout=300, env={**env, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)})
+    log = done.stdout + done.stderr
+    errors = {line for line in log.splitlines() if line.startswith("r1kit: error:")}  # (accelerate repeats it)
+    assert done.returncode != 0 and len(errors) == 1, log[-4000:]
+    error = errors.pop()
+    assert all(word in error for word in named), error
+    assert "  model    " not in log and not (tmp_path / "out" / "trainer_state.json").exists()  # no start-up block
+    if launcher[0] == "r1kit":
+        assert done.returncode == 2 and "Traceback" not in log  # r1kit's exit code for a configuration error
 
 
 def history(out: Path) -> dict[int, dict]:
@@ -183,6 +267,23 @@ def test_fsdp2_shards_parameters_and_optimizer_trains_as_ddp_and_resumes_from_it
     assert code == 0, log[-4000:]
     assert f"continues {checkpoint}" in log and "Skipping checkpoint" not in log
     assert sorted(history(out)) == [1, 2, 3]
+
+
+@pytest.mark.slow
+def test_a_recipes_own_fsdp_shards_on_cpu_ranks(tmp_path, tiny_model_dir, math_jsonl):
+    """`fsdp:` in the recipe (transformers' way, no accelerate config): it was refused once the model had loaded, as
+    FSDP1 (\"set fsdp_version: 2 in the accelerate config\") though the recipe said version 2."""
+    out = tmp_path / "out"
+    recipe = write_recipe(tmp_path, **tiny_recipe(tiny_model_dir, math_jsonl, out, max_steps=1, save_steps=100,
+                                                  per_device_train_batch_size=4, num_generations=4, fsdp="full_shard",
+                                                  fsdp_config={"version": 2}))
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-m", "r1kit", "grpo", "--world-size", "2", "--config", str(recipe)], cwd=REPO,
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    record = holdings(out)
+    assert record["strategy"] == "FSDP2" and record["distributed_type"] == "FSDP"
+    assert sum(r["parameter_bytes"] for r in record["ranks"]) == record["ranks"][0]["whole_parameter_bytes"]
 
 
 @pytest.mark.slow

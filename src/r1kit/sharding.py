@@ -12,8 +12,11 @@ gives something else, r1kit says so or makes it right:
   and for DeepSpeed `use_cpu: false` with `ddp_backend: gloo` (DeepSpeed's CPU accelerator over gloo). FSDP2 then
   goes through accelerate's own FSDP2 path (`fully_shard`): `enable_fsdp_on_cpu` turns the plugin accelerate built and
   dropped back on. Said in the start-up block's `sharding` line.
-- Refused before the model loads, in one line each (`check_launch`): FSDP1 on CPU ranks (FSDP2 only), sharding asked
-  for on one process without offloading (nothing to shard), DeepSpeed asked for and not installed.
+- Refused before the model loads, in one line each (`check_launch`): an `accelerate launch` that started less than
+  its command asked for (`shortfall`: fewer processes than asked, from its simple launcher under `--cpu`, a
+  MULTI_CPU or NO config, or no `--multi_gpu` on a machine without GPUs; a config's FSDP or DeepSpeed replaced by a
+  flag), FSDP1 on CPU ranks (FSDP2 only), sharding asked for on one process without offloading (nothing to shard),
+  DeepSpeed asked for and not installed.
 - `ShardingRecord` writes OUTPUT_DIR/sharding.json after the first optimizer step: per rank, the bytes of parameters
   and of optimizer state it holds, so that "sharded" is a measurement, not a configuration.
 """
@@ -68,7 +71,7 @@ def requested(args=None) -> Launch:
     world = int(os.environ.get("WORLD_SIZE", "1") or 1)
     fsdp = flag("ACCELERATE_USE_FSDP") or bool(getattr(args, "fsdp", None))
     if fsdp:
-        version = int(os.environ.get("FSDP_VERSION", "") or (getattr(args, "fsdp_config", None) or {}).get("version", 1))
+        version = int(os.environ.get("FSDP_VERSION", "") or recipe_fsdp_version(args))
         return Launch("fsdp", version, world, flag("FSDP_OFFLOAD_PARAMS"))
     if flag("ACCELERATE_USE_DEEPSPEED") or getattr(args, "deepspeed", None):
         stage = os.environ.get("ACCELERATE_DEEPSPEED_ZERO_STAGE") or deepspeed_stage(getattr(args, "deepspeed", None))
@@ -76,6 +79,14 @@ def requested(args=None) -> Launch:
                       for part in ("PARAM", "OPTIMIZER"))
         return Launch("deepspeed", int(stage or 0), world, offload)
     return Launch(None, 0, world, False)
+
+
+def recipe_fsdp_version(args) -> int:
+    """FSDP's version as a recipe's `fsdp_config` gives it (`version` or `fsdp_version`); transformers' default, 2,
+    when it does not (it was read as 1, and a recipe's FSDP2 was refused on ranks without a GPU)."""
+    config = getattr(args, "fsdp_config", None)
+    config = config if isinstance(config, dict) else {}
+    return int(config.get("version", config.get("fsdp_version", 2)))
 
 
 def deepspeed_stage(config) -> int:
@@ -124,6 +135,9 @@ def free_port() -> int:
 def check_launch(args) -> None:
     """What the launch cannot give, refused before the model loads, one line each."""
     launch = requested(args)
+    short = shortfall(launch)  # first: what the other checks would say of a launch that is not the one asked for
+    if short:
+        raise ConfigError(short)
     if launch.engine == "deepspeed" and not installed("deepspeed"):
         raise ConfigError("DeepSpeed was asked for (an accelerate DeepSpeed config, or deepspeed:) but is not installed: "
                           "pip install 'r1kit[deepspeed]', or launch with recipes/accelerate_configs/fsdp.yaml")
@@ -135,10 +149,153 @@ def check_launch(args) -> None:
                           "--num_processes N, or r1kit grpo --world-size N), offload to the CPU, or drop the config")
 
 
-def enable_fsdp_on_cpu(accelerator) -> bool:
-    """Turns FSDP back on for a gloo group of CPU ranks, where accelerate built the FSDP plugin from the launch and
-    then dropped it (it shards only on GPUs): its own FSDP2 path (`fully_shard`) then wraps the model. True when it
-    did."""
+# --------------------------------------------------------------------------------------------------------------------
+# What `accelerate launch` was asked for, against what this process got
+# --------------------------------------------------------------------------------------------------------------------
+# accelerate tells its workers nothing of the processes it was asked for: its simple launcher (`--cpu`, a MULTI_CPU or
+# NO config, or no --multi_gpu on a machine with fewer than 2 GPUs) starts ONE process and leaves the others to mpirun,
+# and a flag (--multi_gpu, --use_fsdp, --use_deepspeed, --cpu) silently wins over the config file's distributed_type.
+# The command that started this process says what was asked; WORLD_SIZE and accelerate's variables say what was got.
+TYPE_FLAGS = (("cpu", "--cpu"), ("multi_gpu", "--multi_gpu"), ("use_fsdp", "--use_fsdp"),
+              ("use_deepspeed", "--use_deepspeed"), ("tpu", "--tpu"), ("use_megatron_lm", "--use_megatron_lm"))
+FLAG_TYPES = {"--multi_gpu": "MULTI_GPU", "--use_fsdp": "FSDP", "--use_deepspeed": "DEEPSPEED", "--tpu": "XLA",
+              "--use_megatron_lm": "MEGATRON_LM", "--cpu": "one process"}
+SHARDED_TYPES = {"FSDP": "FSDP", "DEEPSPEED": "DeepSpeed"}
+
+
+@dataclass
+class Asked:
+    """What an `accelerate launch` command asked for, resolved as accelerate resolves it (its flags over its config
+    file): `processes` in all (None: accelerate's default, one per GPU), the config file (`config`, its
+    `distributed_type` as `config_type`; None when none was read), the flag that chose the launcher (`flag`) and
+    where the number of processes came from (`processes_from`: the flag, or the config's key)."""
+
+    processes: int | None
+    config: str | None
+    config_type: str | None
+    flag: str | None
+    processes_from: str = "--num_processes"
+    named: bool = True  # the config was named (--config_file), not accelerate's default one
+
+    def said(self) -> str:
+        """What the command said, as the user wrote it: `fsdp.yaml, --cpu, --num_processes 2`."""
+        number = None
+        if self.processes:
+            number = (f"--num_processes {self.processes}" if self.processes_from == "--num_processes"
+                      else f"num_processes: {self.processes}")
+        return ", ".join(filter(None, (self.config, self.flag, number)))
+
+    @property
+    def sharding(self) -> str | None:
+        """The sharding the command asked for: its config's (FSDP, DeepSpeed), or its --use_fsdp/--use_deepspeed."""
+        for kind in (self.config_type, FLAG_TYPES.get(self.flag or "")):
+            if kind in SHARDED_TYPES:
+                return SHARDED_TYPES[kind]
+        return None
+
+    @property
+    def overridden(self) -> bool:
+        """Whether a flag replaced the sharding the config file asked for (accelerate lets the flag win, silently)."""
+        # (a flag given over accelerate's default config is taken as the user's choice)
+        return (self.named and self.config_type in SHARDED_TYPES and self.flag is not None
+                and FLAG_TYPES[self.flag] != self.config_type)
+
+
+def accelerate_arguments(command: list[str]) -> list[str] | None:
+    """The arguments of `accelerate launch` in a process's command line (`accelerate launch ...`, `accelerate-launch`,
+    `python -m accelerate.commands.launch`, `r1kit launch accelerate launch ...`); None when it is not one."""
+    for i, item in enumerate(command):
+        name = os.path.basename(item)
+        if name == "accelerate" and command[i + 1:i + 2] == ["launch"]:
+            return command[i + 2:]
+        if name == "accelerate-launch" or (item == "accelerate.commands.launch" and command[i - 1:i] == ["-m"]):
+            return command[i + 1:]
+        if item == "accelerate.commands.accelerate_cli" and command[i + 1:i + 2] == ["launch"]:
+            return command[i + 2:]
+    return None
+
+
+def asked_of(arguments: list[str], cwd: str) -> Asked | None:
+    """What `accelerate launch ARGUMENTS`, run in `cwd`, asked for; None when it cannot be told (a SageMaker config,
+    a config file that cannot be read, arguments accelerate's parser refuses)."""
+    from accelerate.commands.config import default_config_file, load_config_from_file  # deferred: accelerate
+    from accelerate.commands.launch import launch_command_parser
+
+    try:
+        flags, _ = launch_command_parser().parse_known_args(arguments)
+    except SystemExit:
+        return None
+    flag = next((name for attribute, name in TYPE_FLAGS if getattr(flags, attribute, False)), None)
+    config = None
+    # accelerate reads its default config too, except under --cpu
+    if flags.config_file is not None or (os.path.isfile(default_config_file) and not flags.cpu):
+        path = flags.config_file and os.path.join(cwd, os.path.expanduser(flags.config_file))
+        try:
+            config = load_config_from_file(path)
+        except Exception:  # noqa: BLE001 - accelerate itself failed on it, or it has gone: nothing to compare
+            return None
+        if str(config.compute_environment).split(".")[-1] != "LOCAL_MACHINE":
+            return None
+    processes, processes_from = flags.num_processes, "--num_processes"
+    if processes is None and config is not None and getattr(config, "num_processes", -1) > 0:
+        processes, processes_from = config.num_processes, "config"
+    return Asked(processes, os.path.basename(flags.config_file or default_config_file) if config else None,
+                 str(config.distributed_type).split(".")[-1] if config else None, flag, processes_from,
+                 named=flags.config_file is not None)
+
+
+def launching_command() -> tuple[list[str], str] | None:
+    """The command line and folder of the process that started this one (psutil, which accelerate requires); None
+    when the system does not say."""
+    try:
+        import psutil
+
+        parent = psutil.Process(os.getppid())
+        return parent.cmdline(), parent.cwd()
+    except Exception:  # noqa: BLE001 - no such process, access denied, an unsupported system: nothing to compare
+        return None
+
+
+def shortfall(launch: Launch, started_by: tuple[list[str], str] | None = None) -> str | None:
+    """One line when this process was started by an `accelerate launch` that asked for more than it got: more
+    processes than WORLD_SIZE, or a sharding that a flag dropped; None otherwise (or when nothing says what was
+    asked: another launcher, or none)."""
+    started_by = started_by or launching_command()
+    arguments = accelerate_arguments(started_by[0]) if started_by else None
+    asked = asked_of(arguments, started_by[1]) if arguments is not None else None
+    if asked is None:
+        return None
+    fewer = asked.processes is not None and asked.processes > launch.world
+    if not (fewer or asked.overridden):
+        return None
+    n = asked.processes
+    want = (asked.sharding or "DDP") + (f" on {n} process{'es' if n != 1 else ''}" if n else "")
+    got = launch.name + ("" if launch.world == 1 else f" on {launch.world} processes")
+    simple = "starts one process, leaving the others to mpirun"
+    if asked.overridden:
+        why = f"{asked.flag} overrides the config's distributed_type: {asked.config_type}"
+        why += f" and {simple}" if asked.flag == "--cpu" and fewer else ""
+    else:
+        chosen = asked.flag or (f"distributed_type: {asked.config_type}" if asked.config_type else
+                                "neither --multi_gpu nor a config")
+        why = f"accelerate's simple launcher (chosen by {chosen}) {simple}"
+    if asked.flag == "--cpu" and n == 1 and asked.sharding:  # the next check would say one process shards nothing
+        fix = "drop --cpu and launch on several processes (r1kit sets use_cpu itself on ranks without a GPU)"
+    elif asked.flag is not None and (asked.overridden or asked.config_type in ("MULTI_GPU", *SHARDED_TYPES)):
+        # the config file launches as asked once the flag that overrides it is gone
+        fix = f"drop {asked.flag}" + (" (r1kit sets use_cpu itself on ranks without a GPU)" if asked.flag == "--cpu"
+                                      else f" (the config launches {asked.config_type})")
+    else:
+        fix = (f"{'drop --cpu and ' if asked.flag == '--cpu' else ''}launch with --multi_gpu --num_processes {n} or "
+               "--config_file recipes/accelerate_configs/ddp.yaml (r1kit sets use_cpu itself on ranks without a GPU), "
+               f"or give the r1kit command --world-size {n} instead")
+    return f"accelerate launch asked for {want} ({asked.said()}) and started {got}: {why}; {fix}"
+
+
+def enable_fsdp_on_cpu(accelerator, args=None) -> bool:
+    """Turns FSDP back on for a gloo group of CPU ranks, where accelerate built the FSDP plugin from the launch (or
+    transformers from the recipe's `fsdp` and `fsdp_config`: `args.fsdp_plugin_args`) and then dropped it (it shards
+    only on GPUs): its own FSDP2 path (`fully_shard`) then wraps the model. True when it did."""
     from accelerate.state import PartialState
     from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin
 
@@ -147,7 +304,9 @@ def enable_fsdp_on_cpu(accelerator) -> bool:
     if (launch.engine != "fsdp" or state.distributed_type != DistributedType.MULTI_CPU
             or getattr(state, "fsdp_plugin", None) is not None):
         return False
-    plugin = FullyShardedDataParallelPlugin()  # from the launch's FSDP_* environment, as accelerate reads it
+    recipe = getattr(args, "fsdp_plugin_args", None)
+    # the recipe's, as transformers built it; else from the launch's FSDP_* environment, as accelerate reads it
+    plugin = FullyShardedDataParallelPlugin(**recipe) if recipe else FullyShardedDataParallelPlugin()
     if plugin.fsdp_version != 2:
         raise ConfigError("FSDP on ranks without a GPU runs as FSDP2 only: set fsdp_version: 2 in the accelerate config")
     if state.mixed_precision != "no":
@@ -264,7 +423,7 @@ class ShardedAsLaunched:
 
     def create_accelerator_and_postprocess(self) -> None:
         super().create_accelerator_and_postprocess()
-        if enable_fsdp_on_cpu(self.accelerator):
+        if enable_fsdp_on_cpu(self.accelerator, self.args):
             self.is_fsdp_enabled = True  # what transformers derives from the plugin right after creating it
 
     def add_sharding_record(self) -> None:
