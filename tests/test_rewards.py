@@ -55,6 +55,12 @@ ACCURACY = [
     (r"\boxed{1} or \boxed{2}", "2", 0.0),  # the first boxed answer is the answer
     (r"\boxed{5}", "abc", None),  # unparseable gold: skipped, not 0
     (r"\boxed{5}", "", None),
+    (r"\boxed{5\text{ cm}}", r"5\text{ m}", 0.0),  # Open-R1: 1.0 (math-verify drops the unit)
+    (r"\boxed{5\text{ m}}", r"5\text{ m}", 1.0),
+    (r"\boxed{42=41}", "41", 0.0),  # Open-R1: 1.0 (math-verify reads an equation as its last side)
+    (r"\boxed{x = 41}", "41", 1.0), (r"<answer>a = 42 = 41</answer>", "41", 0.0), (r"\boxed{x \neq 41}", "41", 0.0),
+    (r"\boxed{3}", r"x \le 3", 0.0),  # Open-R1: 1.0 (a bare relation gold was read as its first number)
+    (r"\boxed{3 \ge x}", r"x \le 3", 1.0),  # Open-R1: 0.0
 ]
 
 

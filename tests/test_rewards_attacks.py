@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from r1kit.rewards import forms
 from r1kit.rewards.format import (
     fenced_blocks,
     make_code_format_reward,
@@ -49,6 +50,12 @@ DEGENERATE = {
     "digit run": fill("1"),
     "power chain": fill("9^"),
     "blank lines": fill("\n \n"),
+    "nested boxes": fill("\\boxed{", "", "1=2"),
+    "boxed equations": fill("\\boxed{1=2}"),
+    "relation run": fill("<", "\\boxed{", "}"),
+    "anchors": fill("answer $", "", "$"),
+    "unit words": fill(" cm", "\\boxed{5", "}"),
+    "unit texts": fill("\\text{ cm}^2/", "\\boxed{5", "}"),
 }
 
 FORMAT, CODE_FORMAT, TAG_COUNT = make_format_reward(), make_code_format_reward(), make_tag_count_reward()
@@ -67,6 +74,17 @@ def every_text_computation(batch: list[str]) -> None:
         extract_answer(text, "seven")
         extract_answer(text, "7", mode="reply")
         _has_huge_power(text[-MAX_ANSWER_CHARS:])  # math's check, on what math-verify is given
+        answer_form(text[-MAX_ANSWER_CHARS:])
+
+
+def answer_form(text: str) -> None:
+    """What the math verifier reads of an answer's form once math-verify has found its value equal (units,
+    relations): every box, the anchored text, each read as a whole and as the gold would be."""
+    for content, after in forms.boxed(text):
+        forms.relations(content), forms.units(content), forms.unit_after(after)
+    for read in forms.anchored(text) + [text]:
+        forms.relations(read), forms.units(read)
+    forms.gold_texts(text), forms.is_math(text)
 
 
 def cost(batch: list[str]) -> float:

@@ -67,3 +67,26 @@ def test_math_rewards_are_total(pairs):
     for func in [factory(timeout=2.0, workers=2) for factory in MATH_FACTORIES]:
         rewards = func(texts, solution=golds, completion_ids=[[0] * len(t) for t in texts], prompts=["p"] * len(texts))
         assert_well_formed(rewards, len(texts))
+
+
+# Answers built from the pieces the unit and relation readers look for (issue 44).
+form_soup = st.lists(st.sampled_from(["\\boxed{", "}", "{", "=", "<", ">", "\\le", "\\approx", "\\neq", "\\text{", " cm",
+                                      "\\mathrm{m}", "5", "41", "x", "^", "^\\circ", "\\%", "\\$", "$", ",", "(", "]",
+                                      "answer", "<answer>", "</answer>", "\\frac{1}{2}", " ", "\n", " or ", "/", "2"]),
+                     max_size=40).map("".join)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.one_of(form_soup, st.text(max_size=200)), st.sampled_from(["41", "5\\text{ m}", "x \\le 3", "30^\\circ", "y=2x+1"]))
+def test_the_answer_form_readers_and_both_judges_are_total(text, gold):
+    from r1kit import mathjudge
+    from r1kit.rewards import forms
+    from r1kit.rewards.verify import CORRECT, UNPARSEABLE_GOLD, WRONG, judge
+
+    for content, after in forms.boxed(text):
+        unit = forms.unit_after(after)
+        assert isinstance(forms.units(content), set) and (unit is None or isinstance(unit, str))
+    assert all(len(sides) == len(ops) + 1 for sides, ops in forms.relations(text))
+    assert isinstance(forms.anchored(text), list) and isinstance(forms.gold_texts(text), list)
+    assert judge(gold, text, 5) in (CORRECT, WRONG, UNPARSEABLE_GOLD)
+    assert mathjudge.judge(text, gold) in (True, False, None)

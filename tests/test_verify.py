@@ -9,6 +9,8 @@ import textwrap
 import threading
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from r1kit.rewards.verify import CORRECT, TIMEOUT, UNPARSEABLE_GOLD, WRONG, PoolUnavailable, VerifierPool, judge_batch
 
@@ -197,3 +199,125 @@ def test_digits_kept_apart_by_a_thin_space_have_no_safe_reading_and_are_wrong(wr
     for gold in (digits, "8", "15", "3"):
         assert judge(gold, written) == WRONG, (gold, written)
     assert judge("1000", r"The sum 3\,5 is not it. \boxed{1000}") == CORRECT  # only the answer itself is read
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Units and relations (issue 44): math-verify drops a unit and reads `42=41` as 41
+# --------------------------------------------------------------------------------------------------------------------
+SPELLINGS = {  # each unit as a gold writes it, then as answers spell it
+    "cm": [r"\text{ cm}", r"\mathrm{cm}", " cm", r"\,\text{cm}", r"\text{ centimeters}"],
+    "m": [r"\text{ m}", r"\mathrm{m}", r"\text{ meters}", " m"],
+    "kg": [r"\text{ kg}", " kg", r"\text{ kilograms}"],
+    "g": [r"\text{ g}", r"\text{ grams}"],
+    "cm^2": [r"\text{ cm}^2", r"\text{ cm}^{2}", r"\mathrm{cm^2}"],
+    "s": [r"\text{ s}", r"\text{ seconds}", " sec"],
+    "m/s": [r"\text{ m/s}", r"\text{ m}/\text{s}"],
+    "deg": [r"^\circ", r"^{\circ}", r"\text{ degrees}"],  # math-verify cannot read `12°` nor `\boxed{12 dollars}`
+    "%": [r"\%", r"\text{ percent}"],
+    "$": [r"\text{ dollars}", r"\text{ dollar}"],
+    "apples": [r"\text{ apples}", r"\text{ apple}"],
+}
+
+
+def boxed_forms(number: str, unit: str) -> list[str]:
+    """Where an answer may carry its unit: inside the box, right after it, in an <answer> block."""
+    return [rf"\boxed{{{number}{unit}}}", rf"\boxed{{{number}}}{unit}", f"<answer>{number}{unit}</answer>"]
+
+
+@pytest.mark.parametrize("number", ["5", "12.5", r"\frac{3}{2}"])
+@pytest.mark.parametrize(("gold_unit", "answer_unit"), [(a, b) for a in SPELLINGS for b in SPELLINGS if a != b])
+def test_a_unit_other_than_the_golds_is_wrong(number, gold_unit, answer_unit):
+    from r1kit.rewards.verify import judge
+
+    gold = number + SPELLINGS[gold_unit][0]
+    for answer in [rf"\boxed{{{number}{SPELLINGS[answer_unit][0]}}}", rf"\boxed{{x = {number}{SPELLINGS[answer_unit][-1]}}}"]:
+        assert judge(gold, answer) == WRONG, (gold, answer)
+
+
+@pytest.mark.parametrize("unit", list(SPELLINGS))
+def test_a_unit_however_spelt_or_left_out_is_right_and_a_unit_on_the_answer_alone_is_not_judged(unit):
+    from r1kit.rewards.verify import judge
+
+    gold = "12" + SPELLINGS[unit][0]
+    for spelling in SPELLINGS[unit]:
+        for answer in boxed_forms("12", spelling):
+            assert judge(gold, answer) == CORRECT, (gold, answer)
+            assert judge("12", answer) == CORRECT, answer  # a gold without a unit says nothing of the answer's
+            assert judge(gold.replace("12", "13", 1), answer) == WRONG, answer  # the value still counts
+    assert judge(gold, r"\boxed{12}") == CORRECT and judge(gold, "<answer>12</answer>") == CORRECT
+
+
+def test_units_are_not_converted_and_generic_units_are_none():
+    from r1kit.rewards.verify import judge
+
+    assert judge(r"5\text{ m}", r"\boxed{500\text{ cm}}") == WRONG
+    assert judge(r"1\text{ kg}", r"\boxed{1000\text{ g}}") == WRONG
+    assert judge(r"$2\sqrt{5}\text{ units}$", r"\boxed{2\sqrt{5}\text{ cm}}") == CORRECT
+    assert judge(r"6\text{ square units}", r"\boxed{6\text{ cm}^2}") == CORRECT
+    assert judge(r"Worked out: $\boxed{5\text{ m}}$", r"\boxed{5\text{ cm}}") == WRONG  # a worked solution's box
+    assert judge(r"5\text{ m}", r"The answer is $5\text{ cm}$") == WRONG  # math-verify's anchored reading
+    assert judge(r"5\text{ m}", r"The answer is $5\text{ m}$") == CORRECT
+    assert judge(r"5\text{ m}", r"\boxed{5\,\text{cm}}, \boxed{5\,\text{m}}") == WRONG  # two boxes, two units
+
+
+@pytest.mark.parametrize("gold", ["41", r"\frac{1}{2}", "-3", "0.25", r"$2\sqrt{3}$"])
+def test_an_equation_pays_only_where_its_sides_are_equal(gold):
+    from r1kit.rewards.verify import judge
+
+    other = "7"
+    right = [f"x = {gold.strip('$')}", f"{gold.strip('$')} = {gold.strip('$')}", rf"x \approx {gold.strip('$')}",
+             f"a = b = {gold.strip('$')}"]
+    wrong = [f"{other} = {gold.strip('$')}", f"{gold.strip('$')} = {other}", f"a = {other} = {gold.strip('$')}",
+             f"{other} + 0 = {gold.strip('$')}", rf"{gold.strip('$')} \approx {other}",
+             rf"{other} \approx {gold.strip('$')}", rf"\approx {gold.strip('$')}", f"= {gold.strip('$')}",
+             f"{gold.strip('$')} ="]
+    for stated in right:
+        for answer in (rf"\boxed{{{stated}}}", f"<answer>{stated}</answer>"):
+            assert judge(gold, answer) == CORRECT, (gold, answer)
+    for stated in wrong:
+        for answer in (rf"\boxed{{{stated}}}", f"<answer>{stated}</answer>", f"The final answer is ${stated}$"):
+            assert judge(gold, answer) == WRONG, (gold, answer)
+
+
+@pytest.mark.parametrize("relation", [r"\neq", r"\ne", "<", r"\lt", r"\le", r"\leq", ">", r"\ge", r"\geq", "≤", "≠",
+                                      "<=", "!="])
+def test_a_relation_is_not_the_value_it_bounds(relation):
+    from r1kit.rewards.verify import judge
+
+    for stated in (f"x {relation} 41", f"41 {relation} 42", f"42 {relation} 41"):
+        for answer in (rf"\boxed{{{stated}}}", f"<answer>{stated}</answer>"):
+            assert judge("41", answer) == WRONG, answer
+
+
+@pytest.mark.parametrize(("gold", "right", "wrong"), [
+    (r"x \le 3", [r"x \le 3", r"3 \ge x", r"x \leq 3", r"(-\infty, 3]"], ["3", "x < 3", r"x \ge 3", "x = 3", r"x \le 4"]),
+    ("x > 5", ["x > 5", "5 < x", r"(5, \infty)"], ["5", r"x \ge 5", "x < 5"]),
+    (r"-3 \le x \le 3", [r"-3 \le x \le 3", "[-3, 3]"], ["3", "-3", r"x \le 3"]),
+    (r"x \neq 2", [r"x \neq 2"], ["2", "x = 2"]),
+    ("y = 2x+1", ["y = 2x+1", "2x+1", "y = 1 + 2x"], ["2", "y = 2x+2", "1"]),
+    ("x = 3", ["x = 3", "3"], ["y = 3", "4", "x = 4", r"x \le 3"]),
+    ("$x = 3$", ["x = 3", "3"], ["y = 3", "4", r"x \le 3"]),
+])
+def test_a_gold_that_is_a_relation_is_judged_as_one(gold, right, wrong):
+    from r1kit.rewards.verify import judge
+
+    for stated in right:
+        assert judge(gold, rf"\boxed{{{stated}}}") == CORRECT, (gold, stated)
+    for stated in wrong:
+        assert judge(gold, rf"\boxed{{{stated}}}") == WRONG, (gold, stated)
+    assert judge(gold, f"<answer>{right[0]}</answer>") == CORRECT
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(-999, 999), st.integers(-999, 999), st.sampled_from(["=", r"\approx"]),
+       st.sampled_from(list(SPELLINGS)), st.sampled_from(list(SPELLINGS)))
+def test_no_answer_states_two_values_or_two_units_and_is_paid(a, b, relation, unit, other_unit):
+    """A chain of two different numbers is wrong for either; a number with one unit is wrong for a gold with another."""
+    from r1kit.rewards.verify import judge
+
+    if a != b:
+        for gold in (str(a), str(b)):
+            assert judge(gold, rf"\boxed{{{a} {relation} {b}}}") == WRONG
+            assert judge(gold, rf"\boxed{{x = {a} {relation} {b}}}") == WRONG
+    if unit != other_unit:
+        assert judge(f"{a}{SPELLINGS[unit][0]}", rf"\boxed{{{a}{SPELLINGS[other_unit][-1]}}}") == WRONG

@@ -6,12 +6,16 @@ the math rewards accept, for the second opinion and the wires.
                   `\\sin`, `\\cos`, `\\tan`; `+ - * / \\cdot \\times \\div`, implicit products (`2\\sqrt{3}`, `3x`)
     structures    intervals and tuples `(a, b]`, sets `\\{a, b\\}`, several answers `a, b` (a set), `x = a`
     percentages   `5\\%` is 5 (one reading, as the rewards read it); units: `\\text{ cm}`, `^\\circ`, a trailing word
+    relations     `x \\le 3`, `x \\neq 2`, `-3 \\le x \\le 3` (gold and answer), `=` and `\\approx` chains (`6 \\cdot 7 = 42`)
 
 Values compare exactly as fractions where both sides are rational, else numerically (relative 1e-6); an expression
 in variables compares by its values at fixed points. A verdict is True, False, or None when the judge cannot read
 the gold or the answer (counted by the second opinion as unchecked, never a disagreement). Deliberately stricter
 than an evaluator: an answer that restates the question's numbers (`499+296`, `499 296` for `499+296=`: more numbers
-than the gold, all of them the question's) is wrong; several values where the gold is one (a hedge) are wrong.
+than the gold, all of them the question's) is wrong; several values where the gold is one (a hedge) are wrong. An
+answer's form is judged as the rewards' policy states it (docs/rewards.md), by code of its own: a unit other than the
+gold's is wrong (a unit on one side only is not judged), an equation whose sides without variables differ (`42=41`),
+a relation with a side missing (`= 41`) and an order or `\\neq` relation for a gold that states none are wrong.
 
 Bounded: an answer of at most `MAX_CHARS` characters, nesting of at most `MAX_DEPTH`, exact powers of at most
 `MAX_EXACT_DIGITS` digits (past that, floating point; past floating point, unjudgeable).
@@ -44,7 +48,7 @@ _DROP = ("\\left", "\\right", "\\displaystyle", "\\!", "\\,", "\\;", "\\:", "\\q
 _REPLACE = {"\\dfrac": "\\frac", "\\tfrac": "\\frac", "\\cdot": "*", "\\times": "*", "\\div": "/", "×": "*", "·": "*",
             "÷": "/", "−": "-", "π": "\\pi", "∞": "\\infty", "√": "\\sqrt", "\\lbrace": "\\{", "\\rbrace": "\\}"}
 _DEGREES = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|°|\\degree")
-_TEXT = re.compile(r"\\(?:text|mathrm|textbf|mbox|operatorname|mathbf)\s*\{([^{}]*)\}")
+_TEXT = re.compile(r"\\(?:text|mathrm|textbf|mbox|operatorname|mathbf)\s*\{([^{}]*)\}(\s*\^\s*\{?\s*\d\s*\}?)?")
 _WORDS = re.compile(r"\b(?:or|and)\b")
 # each word takes its whole run of letters (`(?![A-Za-z])`): `[A-Za-z]{2,}` repeated could split a long run of
 # letters in exponentially many ways before failing (`5 aaaa...a!`, 40 letters: 20 s)
@@ -56,11 +60,12 @@ FUNCTIONS = {"\\ln": math.log, "\\log": math.log10, "\\exp": math.exp, "\\sin": 
 
 
 def _text_part(match: re.Match) -> str:
-    """`\\text{...}`: a word of letters (a unit, "or") is dropped or kept as a word; anything else is read."""
+    """`\\text{...}`: a word of letters (a unit with its power, `\\text{ cm}^2`, or "or") is dropped or kept as a
+    word; anything else is read."""
     inner = match[1].strip()
     if inner in ("or", "and"):
         return ","
-    return "" if re.fullmatch(r"[A-Za-z .]*", inner) else inner
+    return "" if re.fullmatch(r"[A-Za-z .]*", inner) else inner + (match[2] or "")
 
 
 def clean(text: str) -> str:
@@ -443,17 +448,152 @@ def restates(answer, gold, question: str | None) -> bool:
     return found >= 2
 
 
+# --------------------------------------------------------------------------------------------------------------------
+# An answer's form: its relations and its unit
+# --------------------------------------------------------------------------------------------------------------------
+_RELATION = re.compile(r"\\(?:neq|ne|not\s*=|leqslant|geqslant|leq|geq|le|ge|lt|gt|approx)(?![A-Za-z])|<=|>=|!=|[=<>≤≥≠≈]")
+_CANONICAL = {"=": "=", "\\approx": "=", "≈": "=", "\\neq": "≠", "\\ne": "≠", "\\not=": "≠", "!=": "≠", "≠": "≠",
+              "<": "<", "\\lt": "<", ">": ">", "\\gt": ">", "\\le": "≤", "\\leq": "≤", "\\leqslant": "≤", "<=": "≤",
+              "≤": "≤", "\\ge": "≥", "\\geq": "≥", "\\geqslant": "≥", ">=": "≥", "≥": "≥"}
+_FLIPPED = {">": "<", "≥": "≤", "<": ">", "≤": "≥", "≠": "≠", "=": "="}
+
+
+def statement(text: str) -> tuple[list[str], list[str]]:
+    """`text` split at its relations outside brackets: (sides, operators); `\\approx` is `=` (its sides must agree)."""
+    text = str(text)
+    if len(text) > MAX_CHARS:
+        raise Unreadable("too long")
+    sides, ops, start, depth, at = [], [], 0, 0, 0
+    while at < len(text):
+        ch = text[at]
+        if ch in "{([":
+            depth += 1
+        elif ch in "})]":
+            depth = max(0, depth - 1)
+        elif depth == 0 and (found := _RELATION.match(text, at)):
+            sides.append(text[start:at].strip())
+            ops.append(_CANONICAL[re.sub(r"\s+", "", found[0])])
+            at = start = found.end()
+            continue
+        at += 1
+    return sides + [text[start:].strip()], ops
+
+
+def _number(side: str) -> Number | None:
+    """The number a side names, or None (variables, a set, outside the grammar)."""
+    try:
+        tree = parse(side)
+        return None if tree[0] in ("set", "list", "seq") or variables(tree) else evaluate(tree, {})
+    except (Unreadable, RecursionError):
+        return None
+
+
+def _units() -> dict[str, str]:
+    names = {"inch": "in", "foot": "ft", "feet": "ft", "yard": "yd", "mile": "mi", "hour": "h", "hr": "h",
+             "minute": "min", "sec": "s", "day": "day", "week": "week", "year": "year", "yr": "year", "pound": "lb",
+             "ounce": "oz", "dollar": "$", "usd": "$", "cent": "¢", "euro": "€", "degree": "°", "deg": "°",
+             "percent": "%", "percentage": "%", "pct": "%", "kmh": "km/h", "kph": "km/h", "radian": "rad",
+             "gallon": "gal"}
+    for prefix, short in (("", ""), ("milli", "m"), ("centi", "c"), ("kilo", "k")):
+        for base, symbol in (("meter", "m"), ("metre", "m"), ("gram", "g"), ("liter", "l"), ("litre", "l"),
+                             ("second", "s")):
+            names[prefix + base] = short + symbol
+    return names
+
+
+UNIT_NAMES = _units()
+_GENERIC_UNITS = ("unit", "squareunit", "squnit", "cubicunit")
+_UNIT_AT_END = re.compile(
+    r"(?:\\(?:text|mathrm|textrm|mbox)\s*\{\s*(?P<text>[A-Za-z][A-Za-z ./]{0,30})\}"
+    r"|(?<![A-Za-z\\])(?P<word>[A-Za-z]{2,12})\.?|(?P<degree>\^\s*\{?\s*\\circ\s*\}?|°|\\degree)|(?P<percent>\\?%))"
+    r"\s*(?P<power>\^\s*\{?\s*\d\s*\}?)?\s*$")
+
+
+def _unit_name(name: str) -> str | None:
+    name = re.sub(r"\s+", "", name.lower())
+    for word in (name, name[:-1] if name.endswith("s") else name, name[:-2] if name.endswith("es") else name):
+        if word in UNIT_NAMES:
+            return UNIT_NAMES[word]
+    single = name[:-1] if len(name) > 3 and name.endswith("s") else name
+    return None if single in _GENERIC_UNITS or single in ("or", "and", "is") else single
+
+
+def unit(text: str) -> str | None:
+    """The unit a value is written with (`5\\text{ cm}`, `5 cm`, `30^\\circ`, `5\\%`, `\\$5`), canonical and lowercase;
+    None without one, or for a generic `\\text{ units}`. A trailing word needs a number or a bracket before it."""
+    text = str(text)[-200:].strip().rstrip(".").strip()
+    found = _UNIT_AT_END.search(text)
+    before = text[: found.start()].strip() if found else ""
+    if found and (not before or (found["word"] and before[-1] not in "0123456789})")):
+        found = None
+    if found is None:
+        return "$" if re.match(r"-?\s*\\\$", text) else None
+    if found["degree"] or found["percent"]:
+        return "°" if found["degree"] else "%"
+    name = _unit_name(found["text"] or found["word"])
+    power = re.sub(r"[^\d]", "", found["power"] or "")
+    return None if name is None else name + (f"^{power}" if power else "")
+
+
+def _form(answer_text: str, gold_text: str) -> bool:
+    """Whether the answer's form allows it to equal the gold: no relation with a side missing, no order or `\\neq`
+    relation (the gold states none), the numbers of an `=` chain equal, and no unit other than the gold's."""
+    sides, ops = statement(answer_text)
+    if ops and (not all(sides) or set(ops) - {"="}):
+        return False
+    numbers_named = [n for n in (_number(side) for side in sides) if n is not None] if ops else []
+    if any(not close(numbers_named[0], other) for other in numbers_named[1:]):
+        return False
+    gold_unit = unit(statement(gold_text)[0][-1])
+    return gold_unit is None or all(unit(side) in (None, gold_unit) for side in sides)
+
+
+def _oriented(sides: list[str], ops: list[str]) -> tuple[list[str], list[str]]:
+    """`3 \\ge x` as `x \\le 3`: a chain read from its `<` end."""
+    if ops and ops[0] in (">", "≥"):
+        return sides[::-1], [_FLIPPED[op] for op in reversed(ops)]
+    return sides, ops
+
+
+def _judge_relation(answer_text: str, gold_sides: list[str], gold_ops: list[str]) -> Verdict:
+    """An answer against a gold that is an inequality or a `\\neq`: the same relation between equal sides. A value is
+    wrong; an interval or a set may state the same (None: not judged here)."""
+    sides, ops = statement(answer_text)
+    if not ops:
+        return None if parse(answer_text)[0] in ("seq", "set", "list") else False
+    if not all(sides) or not all(gold_sides):
+        return False
+    (sides, ops), (gold_sides, gold_ops) = _oriented(sides, ops), _oriented(gold_sides, gold_ops)
+    readings = [sides] + ([sides[::-1]] if set(ops) == {"≠"} and len(sides) == 2 else [])
+    return ops == gold_ops and any(len(r) == len(gold_sides) and all(equal(parse(g), parse(a))
+                                                                      for g, a in zip(gold_sides, r))
+                                   for r in readings)
+
+
 def judge(answer_text: str | None, gold_text, question: str | None = None) -> Verdict:
     """True when the answer equals the gold, False when it does not (or restates the question, or hedges several
-    values for one), None when the gold or the answer is outside the grammar. No answer at all is False."""
+    values for one, or its form differs: `_form`), None when the gold or the answer is outside the grammar. No answer
+    at all is False."""
     try:
-        gold = parse(str(gold_text))
+        gold_sides, gold_ops = statement(str(gold_text))
+        gold = None if set(gold_ops) - {"="} else parse(gold_sides[-1])
     except (Unreadable, RecursionError):
         return None
     if answer_text is None or not str(answer_text).strip():
         return False
     try:
-        answer = parse(answer_text)
+        if gold is None:
+            return _judge_relation(str(answer_text), gold_sides, gold_ops)
+    except (Unreadable, RecursionError, ArithmeticError, ValueError, TypeError):
+        return None
+    try:
+        if not _form(str(answer_text), str(gold_text)):
+            return False
+        value_text = statement(answer_text)[0][-1]  # what an `=` or `\\approx` chain ends in
+    except (Unreadable, RecursionError, ArithmeticError, ValueError, TypeError):
+        value_text = str(answer_text)  # past a bound: read below, where a hedge of plain numbers is still wrong
+    try:
+        answer = parse(value_text)
     except (Unreadable, RecursionError):
         return _hedge(answer_text, gold)
     if gold[0] not in ("list", "set") and answer[0] == "list" and len(_members(answer)) > 1:

@@ -17,6 +17,12 @@ boxed-first LaTeX extraction, and, when that finds nothing, the last `<answer>â€
 expression (so `<answer>42</answer>` counts; a bare number elsewhere in the text does not). A gold that does not parse
 makes the sample unjudgeable (`None`). One answer has one reading: a percentage is its number (`5\\%` is 5, never
 also 0.05; `one_reading`).
+
+An answer math-verify finds equal is still wrong when its form says otherwise (`form_differs`, read by
+`r1kit.rewards.forms`): a unit other than the gold's (`5\\text{ cm}` for `5\\text{ m}`), a relation with a side missing
+(`\\approx 41`), an order or `\\neq` relation where the gold states none (`x \\neq 41` for 41), or an equation whose
+sides without variables differ (`42=41`, `a=42=41`; `\\approx` is read as `=`). A gold written as a bare relation
+(`x \\le 3`, `y = 2x+1`) is read as that relation, not as its first number.
 """
 
 from __future__ import annotations
@@ -39,6 +45,19 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 
 from r1kit.credentials import without_secrets
+from r1kit.rewards.forms import (
+    DELIMITERS,
+    EQUALITY,
+    ORDER,
+    anchored,
+    boxed,
+    gold_texts,
+    is_math,
+    relations,
+    unit_after,
+    units,
+    value_text,
+)
 from r1kit.rewards.text import last_answer_block, log_once
 
 logger = logging.getLogger(__name__)
@@ -138,13 +157,103 @@ def final_answer_region(text: str, width: int = 200) -> str:
     return block[-width:] if block is not None else text[-width:]
 
 
+def _bare_relation(gold: str) -> bool:
+    """Whether `gold` is a relation written without math delimiters (`x \\le 3`): math-verify's plain-expression
+    reading would take its first number (3, and `y = 2x+1` as 2)."""
+    return ("\\boxed" not in gold and not DELIMITERS.search(gold) and is_math(gold)
+            and any(ops for _, ops in relations(gold)))
+
+
 @functools.lru_cache(maxsize=4096)
 def _parse_gold(gold: str, limit: int | None) -> list:
     """Parsed gold, cached: a GRPO batch holds each gold `num_generations` times."""
     from math_verify import parse
 
-    return one_reading(parse(join_digit_groups(gold), extraction_config=_CONFIGS[0], extraction_mode="first_match",
+    text = join_digit_groups(gold)
+    if _bare_relation(gold):
+        parsed = parse(f"${text}$", extraction_config=_CONFIGS[0][:1], extraction_mode="first_match",
+                       parsing_timeout=limit)
+        if parsed and not isinstance(parsed[0], str):
+            return one_reading(parsed)
+    return one_reading(parse(text, extraction_config=_CONFIGS[0], extraction_mode="first_match",
                              parsing_timeout=limit))
+
+
+MAX_SIDES = 16  # sides of an answer's equations evaluated; an answer stating more is wrong
+
+
+def _side_value(side: str, limit: int | None):
+    """The number one side of an equation names (its unit dropped), or None where it names none (a variable, text)."""
+    from math_verify import parse
+    from sympy import Basic
+
+    text = value_text(side)
+    if not text:
+        return None
+    parsed = parse(f"${text}$", extraction_config=_CONFIGS[0][:1], extraction_mode="first_match", parsing_timeout=limit)
+    value = one_reading(parsed)[0] if parsed else None
+    return value if isinstance(value, Basic) and value.is_number else None
+
+
+def _sides_differ(sides: list[str], counted: list[int], limit: int | None) -> bool:
+    """Whether two sides of one `=`/`\\approx` chain name different numbers; `counted` holds the sides read so far."""
+    from math_verify import verify
+
+    values = []
+    for side in sides:
+        counted[0] += 1
+        if counted[0] > MAX_SIDES:
+            return True
+        if (value := _side_value(side, limit)) is not None:
+            values.append(value)
+    return any(not verify(values[0], other, timeout_seconds=limit) for other in values[1:])
+
+
+def form_differs(gold: str, gold_parsed: list, answer: str, read: list, block: str | None,
+                 limit: int | None = None) -> bool:
+    """Whether an answer whose value math-verify found equal to the gold's states another form: a unit other than the
+    gold's, a relation with a side missing, an order or `\\neq` relation where the gold states none, or an equation
+    whose sides without variables differ.
+
+    Args:
+        gold (`str`): the gold as given; `gold_parsed`: math-verify's reading of it.
+        answer (`str`): the completion; `read`: math-verify's reading of it (its text is checked too).
+        block (`str` or `None`): the <answer> block math-verify read, where it found nothing in the whole text.
+    """
+    from math_verify.grader import is_relation
+
+    boxes = boxed(answer)
+    if boxes:
+        texts = [content for content, _ in boxes]
+    elif block is not None:
+        texts = [block]
+    else:  # read after an anchor: `answer: ...`, or inside an <answer> block anchored by the tag's name
+        tag_block = last_answer_block(answer)
+        texts = anchored(answer) + ([tag_block] if tag_block is not None else [])
+    texts += [item for item in read if isinstance(item, str)]
+    gold_relation = any(is_relation(item) for item in gold_parsed if not isinstance(item, str))
+    counted = [0]
+    for text in texts:
+        for sides, ops in relations(text):
+            if ops and not all(sides):
+                return True  # `= 41`, `\\approx 41`: a relation needs two sides
+            if not gold_relation and ORDER.intersection(ops):
+                return True
+            run = sides[:1]
+            for op, side in zip(ops, sides[1:]):
+                if op not in EQUALITY:
+                    if _sides_differ(run, counted, limit):
+                        return True
+                    run = []
+                run.append(side)
+            if len(run) > 1 and _sides_differ(run, counted, limit):
+                return True
+    gold_units = set().union(*(units(text) for text in gold_texts(gold)))
+    if not gold_units:
+        return False  # a gold without a unit says nothing of the answer's
+    stated = [units(content) or {unit_after(after)} - {None} for content, after in boxes]
+    stated += [units(text) for text in texts[len(boxes):]]
+    return any(found - gold_units for found in stated)
 
 
 def judge(gold: str, answer: str, limit: int | None = None) -> str:
@@ -174,13 +283,18 @@ def judge(gold: str, answer: str, limit: int | None = None) -> str:
     block = last_answer_block(answer) if not answer_parsed else None
     if block is not None:
         # Inside an explicit <answer> block a bare "42" is the answer; outside one, plain numbers are not read
-        # (any number in the reasoning would count).
-        answer_parsed = parse(
-            block.strip(), extraction_config=block_cfg, extraction_mode="first_match", parsing_timeout=limit
-        )
-    if not answer_parsed:
+        # (any number in the reasoning would count). A block stating a relation is read as a box would be: the
+        # plain reading keeps only a number after it (`42=41` read as 41, `x \\le 41` as 41).
+        if any(ops for _, ops in relations(block)):
+            answer_parsed = parse(f"\\boxed{{{block.strip()}}}", extraction_config=answer_cfg,
+                                  extraction_mode="first_match", parsing_timeout=limit)
+        if not answer_parsed:
+            answer_parsed = parse(
+                block.strip(), extraction_config=block_cfg, extraction_mode="first_match", parsing_timeout=limit
+            )
+    if not answer_parsed or not verify(gold_parsed, one_reading(answer_parsed), timeout_seconds=limit):
         return WRONG
-    return CORRECT if verify(gold_parsed, one_reading(answer_parsed), timeout_seconds=limit) else WRONG
+    return WRONG if form_differs(str(gold), gold_parsed, answer, answer_parsed, block, limit) else CORRECT
 
 
 def _judge_reporting(gold: str, answer: str, limit: int | None) -> tuple[str, str | None]:
