@@ -1,5 +1,6 @@
 """The private parts of TRL that r1kit relies on, pinned in one place: a TRL upgrade that moves one fails here, by
-name, instead of deep inside a training run. `r1kit.trainer` is the only module that uses them (and
+name, instead of deep inside a training run. `r1kit.trainer` and `r1kit.generators` (async rollouts' hooks and the
+vLLM weight walk) are the only modules that use them (and
 `r1kit.config.schema.trl_choices` reads TRL's documented choices; `r1kit.vllm_front` wraps the vLLM client's public
 health check)."""
 
@@ -19,15 +20,22 @@ OVERRIDDEN = {
     "_save_checkpoint": ["model", "trial"],
     "_load_optimizer_and_scheduler": ["checkpoint"],
     "_get_grad_norm": ["model", "grad_norm"],  # transformers' Trainer: the non-finite gradient check
-    "_compute_loss": ["model", "inputs"],  # trim_padding (the tests' loss spies wrap it too)
+    "_compute_loss": ["model", "inputs"],  # trim_padding (the tests' loss spies wrap it too); async rollouts
+    # async rollouts (r1kit.generators.AsyncRolloutHooks)
+    "_generate_single_turn": ["prompt_ids", "images", "multimodal_fields", "num_generations", "has_tool_images"],
+    "_prepare_inputs": ["generation_batch"],
+    "get_batch_samples": ["epoch_iterator", "num_batches", "device"],  # transformers' Trainer
 }
 CALLED = {
     "_get_output_dir": ["trial"],
     "_get_per_token_logps_and_entropies": ["model", "input_ids", "attention_mask", "logits_to_keep", "batch_size"],
+    "_tokenize_prompts": ["prompts"],  # async rollouts: a batch read ahead, tokenized as TRL will
 }
 # attributes the trainer reads after TRL's __init__ set them
 ATTRIBUTES = ("_metrics", "_step", "_tokenizer", "num_generations", "num_iterations", "reward_weights",
-              "pad_to_multiple_of", "ref_model", "reward_func_names", "reward_funcs")  # with vLLM also vllm_generation and
+              "pad_to_multiple_of", "ref_model", "reward_func_names", "reward_funcs",
+              # async rollouts
+              "_buffered_inputs", "_dist", "eos_token_ids", "generation_config", "environment_factories", "loss_type")  # with vLLM also vllm_generation and
 # _last_loaded_step (tests/test_vllm.py)
 
 

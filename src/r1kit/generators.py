@@ -38,6 +38,7 @@ from r1kit.rollouts import (
     fold_into_advantages,
     importance_weights,
 )
+from r1kit.vllm_front import authenticated_client
 from r1kit.weightsync import Unsupported, iter_layer_weights, lora_layers
 
 logger = logging.getLogger(__name__)
@@ -368,9 +369,7 @@ def server_sampling(generation) -> dict:
 def server_client(generation, args):
     """A new client of the server TRL's generation talks to (one per process: the main one's is the trainer's own,
     used for weight pushes on the trainer's thread), authenticated with the shared secret, with no NCCL group."""
-    from trl.generation.vllm_client import VLLMClient
-
-    from r1kit.vllm_front import authenticated_client
+    from trl.generation.vllm_client import VLLMClient  # deferred: trl's vLLM client (imports requests)
 
     base_url = generation.server_base_url or f"http://{generation.server_host}:{generation.server_port}"
     with authenticated_client(args):
@@ -440,7 +439,7 @@ class AsyncRolloutHooks:
         policy's weights to the rollout generator when `weight_sync_steps` have passed (staged, or pushed to a vLLM
         server). Gathering them is a collective under ZeRO-3 and FSDP."""
         step, rollouts = self.state.global_step, self.rollouts
-        if not (rollouts.holds(step) is False if current else rollouts.due(step)):
+        if not (rollouts.newest() != step if current else rollouts.due(step)):
             return
         if rollouts.stage is None:
             try:

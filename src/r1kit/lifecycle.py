@@ -387,6 +387,21 @@ def stop_before_training(trainer, life: Lifecycle, checkpoint: str | None) -> No
           checkpoint=checkpoint, interrupted=now())
 
 
+def stop_generation_lost(trainer, life: Lifecycle, error: BaseException) -> None:
+    """The rollout generator failed beyond its retries (`GenerationUnavailable`: a vLLM server gone, a producer that
+    keeps failing): nothing after the last checkpoint is saved, the checkpoint itself is intact. Records the
+    interruption, says so in one line and raises `RunInterrupted` (exit 75: the same command resumes from it once the
+    generator is back)."""
+    step, output_dir = trainer.state.global_step, trainer.args.output_dir
+    saved = [f for f in Path(output_dir).glob("checkpoint-*") if f.name.split("-")[-1].isdigit()]
+    last = str(max(saved, key=lambda f: int(f.name.split("-")[-1]))) if saved else None
+    where = f"resumes from {last}" if last else "starts it again (no checkpoint yet)"
+    message = (f"Generation failed at step {step} of {trainer.state.max_steps}: {error}; the last checkpoint is "
+               f"intact and the same command {where} once the generator is back (exit code {EXIT_INTERRUPTED}).")
+    _stop(trainer, life, RunInterrupted(message), status="interrupted", global_step=step, reason="generation failed",
+          checkpoint=last, interrupted=now())
+
+
 def _stop(trainer, life: Lifecycle, stop: RunStopped, **record) -> None:
     """The end of a stopped run: `r1kit_run.json` records how (main process), the one line is said, the run lets go
     of its folder and signals, and `stop` is raised."""

@@ -110,7 +110,7 @@ def fold_into_advantages(advantages: torch.Tensor, weights: torch.Tensor) -> tor
 # --------------------------------------------------------------------------------------------------------------------
 # Jobs and the weights they use
 # --------------------------------------------------------------------------------------------------------------------
-@dataclass
+@dataclass(eq=False)  # a job is itself: compared by identity
 class Job:
     """One call to the generator: rows of prompt token ids (each row one completion), or any callable that must run
     where the generator lives (`call`). Finished by the producer with `result` (completion ids, log-probabilities) and
@@ -179,8 +179,9 @@ class RolloutEngine:
         self.loaded_version: int | None = None  # what the generator holds (staged and loaded, or pushed)
         self.totals = collections.Counter()
         self._ready = threading.Condition()
-        self._urgent: collections.deque[Job] = collections.deque()
-        self._ahead: collections.deque[Job] = collections.deque()  # submitted ahead, in data order, not yet expected
+        self._urgent: collections.deque[Job] = collections.deque()  # run first
+        self._todo: collections.deque[Job] = collections.deque()  # read ahead, not yet started, in data order
+        self._ahead: collections.deque[Job] = collections.deque()  # read ahead, not yet expected, in data order
         self._current: Job | None = None  # the job read ahead for the generation batch being scored
         self._current_rows: dict[tuple, collections.deque] | None = None
         self._thread: threading.Thread | None = None
@@ -195,6 +196,7 @@ class RolloutEngine:
         """A fresh queue and a running producer (a resume or a rollback regenerates whatever was queued)."""
         self.stop()
         self._urgent.clear()
+        self._todo.clear()
         self._ahead.clear()
         self._current, self._current_rows = None, None
         # The trainer's weights may have gone back (a rollback): the generator gets them again before any job.
@@ -214,8 +216,9 @@ class RolloutEngine:
             return
         with self._ready:
             self._stopping = True
-            dropped = list(self._urgent) + list(self._ahead)
+            dropped = list(self._urgent) + list(self._todo)
             self._urgent.clear()
+            self._todo.clear()
             self._ahead.clear()
             self._ready.notify_all()
         for job in dropped:
@@ -234,11 +237,16 @@ class RolloutEngine:
         return len(self._ahead)
 
     # --- weights --------------------------------------------------------------------------------------------------
+    def newest(self) -> int | None:
+        """The newest weights version handed to the generator (staged or pushed) since `start`."""
+        versions = [v for v in (self.loaded_version, self.stage.version if self.stage else None) if v is not None]
+        return max(versions) if versions else None
+
     def due(self, step: int) -> bool:
         """Whether the generator should get the trainer's weights at optimizer step `step`: nothing handed over since
         `start`, or `weight_sync_steps` steps since the newest handed over."""
-        versions = [v for v in (self.loaded_version, self.stage.version if self.stage else None) if v is not None]
-        return not versions or step - max(versions) >= self.weight_sync_steps
+        newest = self.newest()
+        return newest is None or step - newest >= self.weight_sync_steps
 
     def stage_weights(self, weights: Iterable[tuple[str, torch.Tensor]], version: int) -> None:
         """The trainer's thread: hands over the policy's weights at `version` (the producer loads them before its next
@@ -261,20 +269,17 @@ class RolloutEngine:
     def _next(self, generation: int) -> Job | None:
         started = time.perf_counter()
         with self._ready:
-            while not (self._ended(generation) or self._urgent or self._ahead_to_run()):
+            while not (self._ended(generation) or self._urgent or self._todo):
                 self._ready.wait()
             self._idle += time.perf_counter() - started
             if self._ended(generation):
                 return None
-            job = self._urgent.popleft() if self._urgent else self._ahead_to_run()
+            job = self._urgent.popleft() if self._urgent else self._todo.popleft()
             job.running = True
             return job
 
     def _ended(self, generation: int) -> bool:
         return self._stopping or generation != self._generation
-
-    def _ahead_to_run(self) -> Job | None:
-        return next((job for job in self._ahead if not job.running), None)
 
     def _produce(self, generation: int) -> None:
         while True:
@@ -309,7 +314,11 @@ class RolloutEngine:
         if self._thread is None or not self._thread.is_alive():
             raise GenerationUnavailable("the rollout producer is not running (start() was not called, or it died)")
         with self._ready:
-            (self._urgent if job.urgent else self._ahead).append(job)
+            if job.urgent:
+                self._urgent.append(job)
+            else:
+                self._todo.append(job)
+                self._ahead.append(job)
             self._ready.notify_all()
         return job
 
@@ -325,10 +334,16 @@ class RolloutEngine:
         ahead before it belong to batches that never came (rows of the last batch left over count as unused)."""
         self._retire_current()
         with self._ready:
-            while self._ahead and self._ahead[0].signature != signature:
-                skipped = self._ahead.popleft()
-                self.totals["unused_rows"] += len(skipped.prompt_ids)
-            self._current = self._ahead.popleft() if self._ahead else None
+            if not any(job.signature == signature for job in self._ahead):
+                self._current = None
+            else:
+                while self._ahead[0].signature != signature:
+                    skipped = self._ahead.popleft()
+                    if skipped in self._todo:  # not started: never generated
+                        self._todo.remove(skipped)
+                    else:
+                        self.totals["unused_rows"] += len(skipped.prompt_ids)
+                self._current = self._ahead.popleft()
         if self._current is None:
             self._batch["batches_not_read_ahead"] += 1
 
@@ -403,7 +418,7 @@ class RolloutEngine:
             errors.append(job.error)
             if isinstance(job.error, (KeyboardInterrupt, SystemExit)):
                 raise job.error
-        raise GenerationUnavailable(f"generation failed {len(errors)} times running ({one_line(errors[-1])})")
+        raise GenerationUnavailable(f"the generator failed {len(errors)} times in a row ({one_line(errors[-1])})")
 
     # --- what is logged and saved ---------------------------------------------------------------------------------
     def batch_metrics(self) -> dict[str, float]:

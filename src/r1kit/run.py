@@ -39,7 +39,7 @@ from r1kit.checkpoints import CHECKPOINT_RECORD, RUN_RECORD, find_resume_checkpo
 from r1kit.config.schema import RunFields
 from r1kit.console import EXIT_INTERRUPTED
 from r1kit.data import DATA_SUFFIXES
-from r1kit.errors import ConfigError, one_line
+from r1kit.errors import ConfigError, GenerationUnavailable, one_line
 from r1kit.hub import looks_local
 from r1kit.lifecycle import (
     Lifecycle,
@@ -52,6 +52,7 @@ from r1kit.lifecycle import (
     decide_resume,
     now,
     stop_before_training,
+    stop_generation_lost,
     stop_halted,
     stop_interrupted,
     update_run_record,
@@ -152,6 +153,8 @@ def train(run: Run) -> dict:
         metrics = {"train_runtime": 0.0}
     except EvaluationInterrupted:
         stop_before_training(trainer, life, run.checkpoint)
+    except GenerationUnavailable as e:  # the generator is gone: exit 75, resumable from the last checkpoint
+        stop_generation_lost(trainer, life, e)
     except BaseException as e:
         life.record_exit(**ending(e))
         life.end()  # the run is over: its lock and the signals are let go
