@@ -56,11 +56,14 @@ def test_two_ranks_train_together_and_write_one_checkpoint(tmp_path, tiny_model_
 @pytest.mark.slow
 def test_two_ranks_roll_back_and_stop_together_when_a_tripwire_fires(tmp_path, tiny_model_dir, math_jsonl):
     """The main process decides a tripwire's action and every rank follows: a rollback trains both ranks again from
-    the same checkpoint, and the stop after it ends both (a rank left behind would wait forever in a collective)."""
+    the same checkpoint, and the stop after it ends both (a rank left behind would wait forever in a collective).
+    With async rollouts: each rank's producer generates ahead, and the rollback empties its queue (what was read
+    ahead with the abandoned weights is never trained)."""
     out = tmp_path / "out"
     recipe = tiny_recipe(tiny_model_dir, math_jsonl, out, max_steps=4, save_steps=1, use_cpu=True,
                          per_device_train_batch_size=4, num_generations=4, tripwire_max_rollbacks=1,
-                         tripwires={"length_blowup": {"threshold": 0.0, "window": 2, "action": "rollback"}})
+                         tripwires={"length_blowup": {"threshold": 0.0, "window": 2, "action": "rollback"}},
+                         async_rollouts=True)
     result, log = train_on_two_ranks(tmp_path, recipe, sys.executable, "-m", "r1kit", "launch")
     assert result.returncode == 3, log[-4000:]  # stopped by a tripwire (torchrun alone says 1)
     assert "Process rank 1 / world size 2" in log
@@ -74,6 +77,10 @@ def test_two_ranks_roll_back_and_stop_together_when_a_tripwire_fires(tmp_path, t
     assert json.loads((out / "trainer_state.json").read_text())["global_step"] == 3
     fired = [json.loads(line) for line in (out / "tripwires.jsonl").read_text().splitlines()]
     assert [(f["step"], f["action"]) for f in fired][-1] == (3, "stop")
+    # steps 1, 2 (rolled back), then 2, 3 again from checkpoint-1: one batch read ahead each, within the bound
+    steps = [e for e in json.loads((out / "trainer_state.json").read_text())["log_history"] if "loss" in e]
+    assert [e["step"] for e in steps][-2:] == [2, 3] and all(e["rollouts/staleness"] <= 1 for e in steps)
+    assert json.loads((out / "checkpoint-1" / "r1kit_rollouts.json").read_text())["weights_version"] == 1
 
 
 RELEASE_WORKER = """

@@ -38,6 +38,10 @@ def test_recipe_parses_and_passes_the_cross_field_checks(recipe, monkeypatch):
         assert training_args.resume in ("auto", "never")
         return
     check_rules(*parse_args(["--config", str(recipe)], world_size=launch_world_size(recipe)))
+    # async rollouts are one key away in every GRPO recipe (docs/async-rollouts.md)
+    parsed = parse_args(["--config", str(recipe), "--async_rollouts", "true"], world_size=launch_world_size(recipe))
+    check_rules(*parsed)
+    assert parsed[1].async_rollouts and parsed[1].max_staleness >= parsed[1].weight_sync_steps
 
 
 @pytest.mark.parametrize("config", ACCELERATE_CONFIGS, ids=lambda p: p.name)

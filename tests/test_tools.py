@@ -302,6 +302,39 @@ def test_an_environment_that_samples_its_start_gives_each_group_one_start(tmp_pa
     assert replies and all(any(str(s) in text for s in starts) for text in replies)  # the tool saw that start
 
 
+@pytest.mark.slow
+def test_with_async_rollouts_first_turns_are_read_ahead_and_later_turns_generated_on_demand(
+        tmp_path, tool_model, monkeypatch):
+    """The tool loop under async_rollouts: the producer's generator writes each rollout's first turn ahead (its
+    prompt is the question); a turn after a tool's reply is a prompt nobody read ahead, generated urgently; the
+    calls run in the jail and the answer after them is what is rewarded."""
+    from r1kit import run as runs
+    from r1kit.generators import TransformersGenerator
+
+    run = tool_run(tmp_path, *tool_model, async_rollouts=True)
+    tokenizer = run.trainer.processing_class
+    asked = []
+
+    def scripted(self, prompt_ids, num_generations, seed):
+        replies = []
+        for ids in prompt_ids:
+            text = tokenizer.decode(ids)
+            asked.append(text)
+            replies.append(tokenizer(ANSWER_TURN if "<tool_response>" in text else TOOL_TURN,
+                                     add_special_tokens=False)["input_ids"])
+        return replies, [[-1.0] * len(r) for r in replies]
+
+    monkeypatch.setattr(TransformersGenerator, "generate", scripted)
+    runs.train(run)
+    continued = [text for text in asked if "<tool_response>" in text]
+    assert continued and all("42 65534 jail" in text for text in continued)
+    totals = json.loads((tmp_path / "out" / "rollouts.json").read_text())["totals"]
+    assert totals["batches_read_ahead"] == 2 and totals["rows_on_demand"] == len(continued) == 2 * 4
+    rows = [json.loads(line) for line in (tmp_path / "out" / "completions.jsonl").read_text().splitlines()]
+    assert len(rows) == 2 * 4 and all(r["rewards"]["accuracy_reward"] == 1.0 for r in rows)
+    assert [turn["role"] for turn in rows[0]["trajectory"]] == ["assistant", "tool", "assistant"]
+
+
 def test_r1kits_compact_tool_template_renders_a_tool_conversation_and_parses_its_replies():
     """`chat_template: r1kit-tools`, for small models: a tool prompt of a few dozen characters (Qwen2.5's is hundreds),
     replies that transformers parses back into tool calls (its response template), and TRL accepts it."""

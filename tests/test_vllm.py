@@ -169,10 +169,14 @@ def addition_heldout_recipe(tmp_path: Path, model_dir: Path, flat, **keys) -> tu
     return recipe, out
 
 
-def test_heldout_accuracy_generates_with_the_colocated_engine_at_the_current_weights(tmp_path, vllm_model_dir):
+@pytest.mark.parametrize("async_rollouts", [False, True])
+def test_heldout_accuracy_generates_with_the_colocated_engine_at_the_current_weights(tmp_path, vllm_model_dir,
+                                                                                    async_rollouts):
+    """With async rollouts the engine is the producer's: the callback's weights are staged, loaded on its thread
+    (`ColocatedGenerator`), and the engine still generates what the current policy would."""
     recipe, out = addition_heldout_recipe(tmp_path, vllm_model_dir, lambda total: False,
                                           per_device_train_batch_size=8, max_completion_length=8, max_steps=2,
-                                          heldout_eval_steps=1)
+                                          heldout_eval_steps=1, async_rollouts=async_rollouts)
     env = process_env()
     result = subprocess.run([sys.executable, "-c", HELDOUT_CHECK, str(recipe)], cwd=ROOT, env=env,
                             capture_output=True, text=True, timeout=600)
@@ -185,6 +189,21 @@ def test_heldout_accuracy_generates_with_the_colocated_engine_at_the_current_wei
     # Greedy on the trained weights: each token the engine chose is the trainer's best, up to kernel differences
     # (stale weights after two steps at this learning rate put gaps near 1).
     assert max(checked["gaps"]) < LOGP_TOLERANCE, checked
+    if async_rollouts:
+        assert_async_engine_follows_the_policy(out)
+
+
+def assert_async_engine_follows_the_policy(out: Path, max_staleness: int = 1) -> None:
+    """Async rollouts with a vLLM engine: every batch was read ahead within the staleness bound; the first one,
+    generated with the weights it is trained on, has the trainer's log-probabilities (so the engine's weights and
+    sampling are the policy's); the later ones, one update older, are weighed by the importance ratio."""
+    steps = [e for e in json.loads((out / "trainer_state.json").read_text())["log_history"] if "loss" in e]
+    assert steps and all(s["rollouts/staleness"] <= max_staleness for s in steps)
+    assert steps[0]["rollouts/staleness"] == 0
+    assert steps[0]["sampling/sampling_logp_difference/max"] < LOGP_TOLERANCE, steps[0]
+    assert all("rollouts/is_ratio_mean" in s for s in steps)
+    totals = json.loads((out / "rollouts.json").read_text())["totals"]
+    assert totals["batches_read_ahead"] >= len(steps) and totals.get("stale_dropped", 0) == 0
 
 
 def wait_for_health(url: str, server: subprocess.Popen, timeout: float) -> None:
@@ -274,6 +293,12 @@ def test_server_mode_on_the_cpu_build_trains_from_the_updated_weights_and_no_one
             refused.stderr[-3000:]
         steps = grpo(tmp_path, vllm_model_dir, flat_data, tmp_path / "out", max_steps=3, vllm_mode="server",
                      vllm_server_host="127.0.0.1", vllm_server_port=port, env={"R1KIT_VLLM_SECRET": SECRET})
+        # async rollouts on the same server: each process's own authenticated client generates while the trainer
+        # trains and pushes the weights between steps
+        (tmp_path / "async").mkdir()
+        grpo(tmp_path / "async", vllm_model_dir, flat_data, tmp_path / "async-out", max_steps=3, vllm_mode="server",
+             vllm_server_host="127.0.0.1", vllm_server_port=port, env={"R1KIT_VLLM_SECRET": SECRET},
+             async_rollouts=True)
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         try:
@@ -290,6 +315,7 @@ def test_server_mode_on_the_cpu_build_trains_from_the_updated_weights_and_no_one
     startup = (tmp_path / "out" / "grpo_output.log").read_text()
     assert f"server at http://127.0.0.1:{port} (authenticated with the shared secret)" in startup
     assert SECRET not in startup
+    assert_async_engine_follows_the_policy(tmp_path / "async-out")
 
 
 def server_recipe(tmp_path: Path, model: Path, data: Path, port: int, **keys) -> Path:
@@ -302,17 +328,20 @@ def server_recipe(tmp_path: Path, model: Path, data: Path, port: int, **keys) ->
     return write_recipe(tmp_path, **recipe)
 
 
-@pytest.mark.parametrize("config", ["fsdp", "zero3"])
-def test_under_sharding_on_two_ranks_the_engines_and_heldout_follow_the_policy(tmp_path, vllm_model_dir, config):
+@pytest.mark.parametrize("config, async_rollouts", [("fsdp", False), ("zero3", True)])
+def test_under_sharding_on_two_ranks_the_engines_and_heldout_follow_the_policy(tmp_path, vllm_model_dir, config,
+                                                                              async_rollouts):
     """Colocated vLLM and the held-out callback on 2 ranks whose weights are sharded (FSDP2, ZeRO-3): every sync
-    gathers one module at a time (r1kit.weightsync) and each rank's engine then samples what the policy would."""
+    gathers one module at a time (r1kit.weightsync) and each rank's engine then samples what the policy would. Under
+    ZeRO-3 with async rollouts: the weights are gathered on the trainer's thread into each rank's staging area and
+    loaded by its producer."""
     import shutil
 
     if config == "zero3":
         pytest.importorskip("deepspeed", reason="DeepSpeed not installed (r1kit[deepspeed])")
     recipe, out = addition_heldout_recipe(tmp_path, vllm_model_dir, lambda total: total % 3 == 0,
                                           per_device_train_batch_size=4, max_completion_length=12, max_steps=3,
-                                          heldout_size=4, heldout_eval_steps=2)
+                                          heldout_size=4, heldout_eval_steps=2, async_rollouts=async_rollouts)
     accelerate = shutil.which("accelerate") or str(Path(sys.executable).with_name("accelerate"))
     env = {k: v for k, v in process_env().items() if not k.startswith(("ACCELERATE_", "FSDP_"))}
     done = subprocess.run(
@@ -323,6 +352,9 @@ def test_under_sharding_on_two_ranks_the_engines_and_heldout_follow_the_policy(t
     assert ("FSDP2" if config == "fsdp" else "ZeRO-3") + " on 2 processes" in done.stdout + done.stderr
     steps = [e for e in json.loads((out / "trainer_state.json").read_text())["log_history"] if "loss" in e]
     assert [s["step"] for s in steps] == [1, 2, 3]
-    assert_engine_follows_the_policy(steps)
+    if async_rollouts:
+        assert_async_engine_follows_the_policy(out)
+    else:
+        assert_engine_follows_the_policy(steps)
     heldout = [json.loads(line) for line in (out / "heldout_accuracy.jsonl").read_text().splitlines()]
     assert [r["step"] for r in heldout] == [0, 2, 3] and all(r["n"] == 4 for r in heldout)

@@ -401,8 +401,12 @@ class RolloutEngine:
         return job.result
 
     def call(self, function: Callable[[], object]) -> object:
-        """Runs `function` on the producer's thread, after any job in progress, with the newest staged weights
-        loaded (what shares the generator with the producer: a colocated engine's held-out evaluation)."""
+        """Runs `function` where the generator is used, with the newest staged weights loaded (what shares the
+        generator with the producer: a colocated engine's held-out evaluation): on the producer's thread after any
+        job in progress, or here when the producer is not running (before or after training)."""
+        if self._thread is None or not self._thread.is_alive():
+            self._load_staged()
+            return function()
         return self._run_urgent(lambda: Job([], 0, 0, urgent=True, call=function)).result
 
     def _run_urgent(self, make: Callable[[], Job]) -> Job:
