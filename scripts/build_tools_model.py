@@ -1,0 +1,139 @@
+"""Builds `r1kit:demo-tools`, the tiny tool-calling model r1kit ships (src/r1kit/assets/tools_model), so that
+`recipes/demo/grpo_tools.yaml` shows the tool loop offline on CPU: its rollouts call the jailed Python interpreter.
+
+    OMP_NUM_THREADS=2 python scripts/build_tools_model.py [--out src/r1kit/assets/tools_model]    # ~7 min on 2 cores
+
+A character-level Llama (r1kit's char tokenizer, 128 wide, 3 layers, 0.46 M parameters) with r1kit's compact tool
+template (`chat_template: r1kit-tools`) is fitted (TRL's SFTTrainer, loss on the completions only) to two turns per
+`r1kit:addition` problem: to the question `a+b=` it calls the tool,
+`<tool_call>{"name": "python", "arguments": {"code": "print(a+b)"}}</tool_call>`, and once the tool has answered it
+answers `<answer>...</answer>` with what the tool printed. It never learns to add: it copies the operands into the
+call and the tool's output into the answer. The held-out problems are then run greedily through the same loop, each
+call in r1kit's jail, and the share of replies that call the tool and the accuracy go to `build_summary.json` with
+the settings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SHIPPED = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
+           "chat_template.jinja")
+
+
+def call_turn(a: int, b: int) -> dict:
+    return {"role": "assistant", "content": "", "tool_calls": [
+        {"type": "function", "function": {"name": "python", "arguments": {"code": f"print({a}+{b})"}}}]}
+
+
+def pairs(tokenizer, tools: list, problems: list[dict]) -> list[dict]:
+    """Prompt and completion texts, two per problem: the call, and the answer after the tool's reply (the tool's
+    reply is in the prompt, never a target)."""
+    rows = []
+    for p in problems:
+        user = [{"role": "user", "content": p["prompt"]}]
+        prompt = tokenizer.apply_chat_template(user, tools=tools, tokenize=False, add_generation_prompt=True)
+        called = user + [call_turn(p["a"], p["b"])]
+        rows.append({"prompt": prompt, "completion": tokenizer.apply_chat_template(
+            called, tools=tools, tokenize=False)[len(prompt):]})
+        answered = tokenizer.apply_chat_template(called + [{"role": "tool", "name": "python", "content": f"{p['solution']}\n"}],
+                                                 tools=tools, tokenize=False, add_generation_prompt=True)
+        rows.append({"prompt": answered, "completion": f"<answer>{p['solution']}</answer><|im_end|>"})
+    return rows
+
+
+def fit(folder: Path, opts) -> tuple:
+    from datasets import Dataset
+    from trl import SFTConfig, SFTTrainer
+
+    from r1kit.modeling import build_char_tokenizer, build_tiny_llama, set_chat_template
+    from r1kit.tasks import addition_problems
+    from r1kit.tools import ToolLimits, python_environment
+
+    tokenizer = build_char_tokenizer()
+    set_chat_template(tokenizer, "r1kit-tools")
+    model = build_tiny_llama(tokenizer, hidden_size=opts.hidden, layers=opts.layers, heads=4, seed=opts.seed,
+                             max_positions=512)
+    tools = [python_environment(ToolLimits())().python]  # rendered by name only: nothing runs while fitting
+    data = Dataset.from_list(pairs(tokenizer, tools, addition_problems("train", opts.problems, opts.seed)))
+    config = SFTConfig(output_dir=str(folder / "run"), max_steps=opts.steps, per_device_train_batch_size=32,
+                       learning_rate=3e-3, lr_scheduler_type="cosine", warmup_steps=0.05, logging_steps=100,
+                       save_strategy="no", report_to="none", bf16=False, use_cpu=True, seed=opts.seed, max_length=None,
+                       completion_only_loss=True, dataset_kwargs={"add_special_tokens": False}, disable_tqdm=True)
+    started = time.monotonic()
+    SFTTrainer(model=model, args=config, train_dataset=data, processing_class=tokenizer).train()
+    return model, tokenizer, time.monotonic() - started
+
+
+def through_the_loop(model, tokenizer, problems: list[dict]) -> dict:
+    """Greedy replies with the tool loop: a call runs in the jail, its output goes back, the model answers."""
+    import torch
+    from trl.chat_template_utils import parse_response
+
+    from r1kit.tools import ToolLimits, python_environment
+
+    interpreter = python_environment(ToolLimits())()
+    tools = [interpreter.python]
+    called = right = 0
+    model.eval()
+    for p in problems:
+        history, reply = [{"role": "user", "content": p["prompt"]}], {}
+        for _ in range(2):  # a call, then the answer
+            text = tokenizer.apply_chat_template(history, tools=tools, tokenize=False, add_generation_prompt=True)
+            prompt = tokenizer(text, add_special_tokens=False, return_tensors="pt")
+            with torch.no_grad():
+                out = model.generate(**prompt, max_new_tokens=96, do_sample=False,
+                                     eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+            ids = out[0, prompt["input_ids"].shape[1]:].tolist()
+            reply = parse_response(tokenizer, ids, prefix=prompt["input_ids"][0].tolist(), tools=tools)
+            if not reply.get("tool_calls"):
+                break
+            called += 1
+            history.append(reply)
+            for call in reply["tool_calls"]:
+                interpreter.reset()
+                history.append({"role": "tool", "name": "python",
+                                "content": interpreter.python(call["function"]["arguments"].get("code", ""))})
+        right += f"<answer>{p['solution']}</answer>" in (reply.get("content") or "")
+    return {"tool_use": called / len(problems), "accuracy": right / len(problems)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, default=ROOT / "src" / "r1kit" / "assets" / "tools_model")
+    parser.add_argument("--hidden", type=int, default=128)
+    parser.add_argument("--layers", type=int, default=3)
+    parser.add_argument("--problems", type=int, default=6000)
+    parser.add_argument("--steps", type=int, default=1500)
+    parser.add_argument("--heldout", type=int, default=100)
+    parser.add_argument("--seed", type=int, default=0)
+    opts = parser.parse_args()
+
+    from r1kit.tasks import addition_problems
+
+    with tempfile.TemporaryDirectory(prefix="r1kit-tools-model-") as tmp:
+        folder = Path(tmp)
+        model, tokenizer, seconds = fit(folder, opts)
+        measured = through_the_loop(model, tokenizer, addition_problems("test", opts.heldout, opts.seed))
+        model.save_pretrained(folder / "model")
+        tokenizer.save_pretrained(folder / "model")
+        opts.out.mkdir(parents=True, exist_ok=True)
+        for name in SHIPPED:
+            if (folder / "model" / name).exists():
+                shutil.copyfile(folder / "model" / name, opts.out / name)
+    summary = {"built_by": "scripts/build_tools_model.py", "hidden": opts.hidden, "layers": opts.layers,
+               "problems": opts.problems, "steps": opts.steps, "seed": opts.seed, "train_seconds": round(seconds, 1),
+               "parameters": sum(p.numel() for p in model.parameters()),
+               f"heldout_{opts.heldout}_greedy": measured}
+    (opts.out / "build_summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    print(json.dumps(summary))
+
+
+if __name__ == "__main__":
+    main()
