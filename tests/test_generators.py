@@ -265,7 +265,7 @@ def test_a_generator_that_keeps_failing_stops_the_run_with_exit_75_and_it_resume
     ({"weight_sync_steps": 2, "max_staleness": 1}, ["weight_sync_steps", "max_staleness"]),
     ({"vllm_importance_sampling_correction": False}, ["vllm_importance_sampling_correction"]),
     ({"use_transformers_continuous_batching": True}, ["use_transformers_continuous_batching"]),
-    ({"loss_type": "vespo", "vllm_importance_sampling_mode": "sequence_mask"}, ["vespo"]),
+    ({"loss_type": "vespo", "vllm_importance_sampling_mode": "sequence_mask"}, ["vespo", "sequence_mask"]),
     ({"max_staleness": -1}, ["max_staleness"]),
 ])
 def test_combinations_async_cannot_run_are_refused_in_one_line(tmp_path, math_jsonl, keys, named):
@@ -275,3 +275,15 @@ def test_combinations_async_cannot_run_are_refused_in_one_line(tmp_path, math_js
     recipe = tiny_recipe(model, math_jsonl, tmp_path / "out", async_rollouts=True, **keys)
     with raises_naming("async_rollouts" if keys.get("max_staleness", 0) >= 0 else "max_staleness", *named):
         parse_args(["--config", str(write_recipe(tmp_path, **recipe))])
+
+
+def test_async_weighs_per_token_unless_the_recipe_chooses(tmp_path, math_jsonl):
+    model = tmp_path / "not-loaded"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    recipe = write_recipe(tmp_path, **tiny_recipe(model, math_jsonl, tmp_path / "out", async_rollouts=True))
+    assert parse_args(["--config", str(recipe)])[1].vllm_importance_sampling_mode == "token_truncate"
+    chosen = parse_args(["--config", str(recipe), "--vllm_importance_sampling_mode", "sequence_mask"])[1]
+    assert chosen.vllm_importance_sampling_mode == "sequence_mask"
+    synchronous = parse_args(["--config", str(recipe), "--async_rollouts", "false"])[1]
+    assert synchronous.vllm_importance_sampling_mode == "sequence_mask"  # TRL's default, untouched

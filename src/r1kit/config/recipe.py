@@ -327,6 +327,7 @@ def parse_recipe(command: CommandLine, dataclass_types: tuple = GRPO_TYPES, worl
             training_args.steps_per_generation = steps
             training_args.check_sampling()  # per process: with the real steps, not the N-rank stand-in
         apply_vllm_server_keys(explicit, training_args)
+        training_args.settle_async_rollouts(explicit)
         if defaults is None:
             warn_moved_defaults(explicit, training_args)
     return ParsedRecipe(tuple(built), env, explicit)
