@@ -40,8 +40,8 @@ from collections import defaultdict
 from pathlib import Path
 from types import SimpleNamespace
 
-from r1kit.second_opinion import BUILT_IN_KINDS, compare_rows, judge_rows, opinion_metrics, pick_rows
-from r1kit.tripwires import IDENTICAL_ANSWERS_METRIC, Tripwires, identical_share, parse_tripwires
+from r1kit.integrity.second_opinion import BUILT_IN_KINDS, compare_rows, judge_rows, opinion_metrics, pick_rows
+from r1kit.integrity.tripwires import IDENTICAL_ANSWERS_METRIC, Tripwires, identical_share, parse_tripwires
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "benchmarks" / "data" / "integrity"
@@ -68,7 +68,7 @@ def golds_of(base: str, prompts: set[str]) -> dict[str, dict]:
             a, b = re.fullmatch(r"(\d+)\+(\d+)=", prompt).groups()
             found[prompt] = {"solution": str(int(a) + int(b))}
         return found
-    from r1kit.gym_data import generate_rows
+    from r1kit.sources.gym_data import generate_rows
 
     options = {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1, "train_size": 100, "test_size": 100,
                "seed": 0}

@@ -59,7 +59,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=15)
     opts = parser.parse_args()
 
-    from r1kit.modeling import build_char_tokenizer, build_tiny_llama
+    from r1kit.loading.modeling import build_char_tokenizer, build_tiny_llama
 
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     with tempfile.TemporaryDirectory() as tmp:

@@ -77,11 +77,11 @@ class Timers:
 
 
 def install_timers(timers: Timers):
-    """Wraps the phases of the trainer r1kit builds (`r1kit.trainer.R1Trainer`) and returns a callback that times
+    """Wraps the phases of the trainer r1kit builds (`r1kit.training.trainer.R1Trainer`) and returns a callback that times
     the optimizer and closes each step."""
     from transformers import TrainerCallback
 
-    from r1kit.trainer import R1Trainer as trainer_class
+    from r1kit.training.trainer import R1Trainer as trainer_class
 
     timers.wrap(trainer_class, "_generate_single_turn", "generation")
     timers.wrap(trainer_class, "_calculate_rewards", "rewards")

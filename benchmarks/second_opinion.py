@@ -19,9 +19,9 @@ from pathlib import Path
 import yaml
 
 from r1kit import grpo
-from r1kit import run as runs
 from r1kit.config.recipe import DEFAULT_RECIPE, parse_args
-from r1kit.second_opinion import SecondOpinion
+from r1kit.integrity.second_opinion import SecondOpinion
+from r1kit.run import pipeline as runs
 
 
 def one_run(out: Path, steps: int, samples: int) -> dict:

@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def build(folder: Path) -> int:
-    from r1kit.modeling import build_char_tokenizer, build_tiny_llama
+    from r1kit.loading.modeling import build_char_tokenizer, build_tiny_llama
 
     tokenizer = build_char_tokenizer()
     model = build_tiny_llama(tokenizer, hidden_size=768, layers=10, heads=12)

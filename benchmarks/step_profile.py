@@ -7,7 +7,7 @@ Both runners train the same randomly initialised Llama (4 layers, 256 wide, the 
 and `min_new_tokens` makes every completion full length, so both do the same work) on the same addition prompts
 behind an Open-R1 system prompt, with Open-R1-style rewards (math-verify accuracy, a format regex), the same batch,
 lengths and settings; each in a process of its own. r1kit runs its whole pipeline (`r1kit.grpo.setup` and
-`r1kit.run.train`: recorder, tripwires, second opinion, progress), plain TRL a `GRPOTrainer` script.
+`r1kit.run.pipeline.train`: recorder, tripwires, second opinion, progress), plain TRL a `GRPOTrainer` script.
 
 Per step, the first `--warmup` dropped (r1kit measures its training passes there):
 - generation: TRL's `_generate_and_score_completions` less the rewards and the no-gradient passes in it;
@@ -175,9 +175,9 @@ def addition_rows(count: int = 2000) -> list[tuple[str, str]]:
 def run_r1kit(model: str, fields: dict, profile: StepProfile) -> dict:
     import yaml
 
-    from r1kit import run as runs
     from r1kit.config.recipe import parse_args
     from r1kit.grpo import setup
+    from r1kit.run import pipeline as runs
 
     out = Path(fields["output_dir"])
     out.mkdir(parents=True, exist_ok=True)
@@ -272,7 +272,7 @@ def build_random_model(folder: Path, model_type: str = "llama", **shape) -> int:
     download); its parameter count."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
-    from r1kit.modeling import DEMO_MODEL
+    from r1kit.loading.modeling import DEMO_MODEL
 
     tokenizer = AutoTokenizer.from_pretrained(DEMO_MODEL)
     config = AutoConfig.for_model(model_type, vocab_size=len(tokenizer), max_position_embeddings=4096,

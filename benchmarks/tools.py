@@ -18,7 +18,7 @@ from pathlib import Path
 
 
 def calls_per_second(calls: int, repeats: int) -> tuple[float, float]:
-    from r1kit.tools import ToolLimits, prefetch, python_environment
+    from r1kit.training.tools import ToolLimits, prefetch, python_environment
 
     environment = python_environment(ToolLimits(calls=calls))
     programs = [f"print({100 + i} * {200 + i})" for i in range(calls)]

@@ -36,7 +36,7 @@ def questions(rng: random.Random, count: int) -> list[tuple[str, str, int, int]]
 
 def tool_schema_owner():
     """A bound `python` tool, rendered into prompts the way TRL renders the environment's tools."""
-    from r1kit.tools import ToolLimits, python_environment
+    from r1kit.training.tools import ToolLimits, python_environment
 
     class NoProvider:
         def execute(self, programs):
@@ -76,7 +76,7 @@ def cold_start(folder: Path, rows, seed: int) -> None:
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer
 
-    from r1kit.modeling import build_char_tokenizer, build_tiny_llama, set_chat_template
+    from r1kit.loading.modeling import build_char_tokenizer, build_tiny_llama, set_chat_template
 
     tokenizer = build_char_tokenizer()
     set_chat_template(tokenizer, "r1kit-tools")
@@ -98,8 +98,8 @@ def evaluate(folder: Path, rows) -> dict:
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl.chat_template_utils import parse_response
 
-    from r1kit.modeling import set_chat_template
-    from r1kit.tools import ToolLimits, python_environment
+    from r1kit.loading.modeling import set_chat_template
+    from r1kit.training.tools import ToolLimits, python_environment
 
     tokenizer = AutoTokenizer.from_pretrained(folder)
     set_chat_template(tokenizer, "r1kit-tools")

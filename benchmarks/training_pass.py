@@ -130,8 +130,8 @@ def synthetic(repeats: int, folder: Path) -> None:
     from datasets import Dataset
 
     from r1kit.config.schema import GRPOConfig
-    from r1kit.modeling import build_char_tokenizer, build_tiny_llama
-    from r1kit.trainer import R1Trainer
+    from r1kit.loading.modeling import build_char_tokenizer, build_tiny_llama
+    from r1kit.training.trainer import R1Trainer
 
     tokenizer = build_char_tokenizer()
     build_tiny_llama(tokenizer, hidden_size=256, layers=4).save_pretrained(folder / "llama")
@@ -163,8 +163,8 @@ def short(repeats: int, folder: Path) -> None:
     from transformers import AutoTokenizer
 
     from r1kit.config.schema import GRPOConfig
-    from r1kit.modeling import DEMO_MODEL
-    from r1kit.trainer import R1Trainer
+    from r1kit.loading.modeling import DEMO_MODEL
+    from r1kit.training.trainer import R1Trainer
 
     tokenizer = AutoTokenizer.from_pretrained(DEMO_MODEL)
     args = GRPOConfig(output_dir=str(folder / "short"), per_device_train_batch_size=16, num_generations=4,

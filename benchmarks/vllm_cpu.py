@@ -43,9 +43,9 @@ PHASES = ("generation", "rewards", "other batch prep", "training pass", "step to
 
 def worker(variant: str, seed: int, steps: int, recipe: Path, out: Path, threads: int) -> dict:
     """Trains one variant in this process; returns its figures."""
-    from r1kit import run as runs
     from r1kit.config.recipe import parse_args
     from r1kit.grpo import setup
+    from r1kit.run import pipeline as runs
 
     args = ["--config", str(recipe), "--max_steps", str(steps), "--seed", str(seed), "--output_dir", str(out),
             "--resume", "never", "--save_strategy", "no", "--log_completions_file", "false",

@@ -52,9 +52,9 @@ def fit(folder: Path, opts) -> tuple:
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer
 
-    from r1kit.modeling import build_char_tokenizer, build_tiny_llama, set_chat_template
-    from r1kit.tasks import addition_problems
-    from r1kit.tools import ToolLimits, python_environment
+    from r1kit.loading.modeling import build_char_tokenizer, build_tiny_llama, set_chat_template
+    from r1kit.sources.tasks import addition_problems
+    from r1kit.training.tools import ToolLimits, python_environment
 
     tokenizer = build_char_tokenizer()
     set_chat_template(tokenizer, "r1kit-tools")
@@ -76,7 +76,7 @@ def through_the_loop(model, tokenizer, problems: list[dict]) -> dict:
     import torch
     from trl.chat_template_utils import parse_response
 
-    from r1kit.tools import ToolLimits, python_environment
+    from r1kit.training.tools import ToolLimits, python_environment
 
     interpreter = python_environment(ToolLimits())()
     tools = [interpreter.python]
@@ -115,7 +115,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     opts = parser.parse_args()
 
-    from r1kit.tasks import addition_problems
+    from r1kit.sources.tasks import addition_problems
 
     with tempfile.TemporaryDirectory(prefix="r1kit-tools-model-") as tmp:
         folder = Path(tmp)

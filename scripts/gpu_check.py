@@ -44,7 +44,7 @@ def build_qwen_shape(folder: Path, shape: tuple) -> int:
 
 def rows(out: Path, smoke: bool) -> list[tuple[str, str, dict, int]]:
     """(label, model path, settings, warm-up steps), most important first; models built as needed."""
-    from r1kit.modeling import DEMO_MODEL
+    from r1kit.loading.modeling import DEMO_MODEL
 
     if smoke:
         llama = out / "llama-smoke"

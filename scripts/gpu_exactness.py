@@ -48,9 +48,9 @@ def chunk(device, vocab: int = 50):
 
 
 def passes(model, ids, mask, width, dtype):
-    from r1kit.packing import score_packed
-    from r1kit.passchoice import FLEX_MODEL_TYPES
-    from r1kit.trainpass import PassPlan, score_chunk
+    from r1kit.training.packing import score_packed
+    from r1kit.training.passchoice import FLEX_MODEL_TYPES
+    from r1kit.training.trainpass import PassPlan, score_chunk
 
     autocast = (lambda: torch.autocast(ids.device.type, dtype=dtype)) if dtype != torch.float32 else contextlib.nullcontext
     by_column = True

@@ -25,7 +25,7 @@ def tiny_model_dir(tmp_path_factory) -> Path:
     """A ~100 k-parameter Llama with a character-level tokenizer and chat template, saved to a folder."""
     import torch
 
-    from r1kit.modeling import build_char_tokenizer, build_tiny_llama
+    from r1kit.loading.modeling import build_char_tokenizer, build_tiny_llama
 
     torch.set_num_threads(1)
     folder = tmp_path_factory.mktemp("tiny_model")
@@ -50,7 +50,7 @@ def demo_heldout(tmp_path_factory) -> dict:
     """The shipped demo model's greedy evaluation on the 200 held-out additions, through `r1kit evaluate`, computed
     once per test run (several tests read it)."""
     from r1kit.cli import main
-    from r1kit.modeling import DEMO_MODEL
+    from r1kit.loading.modeling import DEMO_MODEL
 
     out = tmp_path_factory.mktemp("demo_heldout")
     assert main(["evaluate", "--model", str(DEMO_MODEL), "--benchmarks", "addition", "--output-dir", str(out),

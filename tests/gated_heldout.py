@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-import r1kit.heldout as heldout
+import r1kit.benchmarking.heldout as heldout
 from r1kit.cli import main
 
 _real_generate = heldout.generate

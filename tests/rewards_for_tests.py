@@ -50,7 +50,7 @@ def none_on_even_rows(completions, **kwargs):
     return [None if i % 2 == 0 else 1.0 for i in range(len(completions))]
 
 
-none_on_even_rows.r1kit_columns = ("solution",)  # the rows it judges (r1kit.unjudged): every row here
+none_on_even_rows.r1kit_columns = ("solution",)  # the rows it judges (r1kit.integrity.rewardtap): every row here
 
 
 def judges_nothing(completions, **kwargs):
@@ -131,9 +131,9 @@ def gated_length_variety(completions, **kwargs):
 
 def copy_paying(probe: str):
     """A gameable reward, planted for the copy-probe tests: 1.0 when the reply's answer is one of the answers that
-    copy probe `probe` builds from the question (`r1kit.copies`), 0.0 otherwise."""
-    from r1kit.answers import final_answer, last_boxed
-    from r1kit.copies import copy_answers, normalised, question_text
+    copy probe `probe` builds from the question (`r1kit.judging.copies`), 0.0 otherwise."""
+    from r1kit.judging.answers import final_answer, last_boxed
+    from r1kit.judging.copies import copy_answers, normalised, question_text
 
     def reward(prompts, completions, **kwargs):
         rewards = []

@@ -1,6 +1,6 @@
 """One rank of tests/test_weightsync.py, under `accelerate launch --num_processes 2` with a sharding config: a tiny
 Llama with a LoRA adapter (non-zero, so that merging matters), prepared by accelerate (FSDP2 or ZeRO-3), walked by
-`r1kit.weightsync.iter_layer_weights` as a weight sync walks it. Checks every yielded tensor against the same model
+`r1kit.training.weightsync.iter_layer_weights` as a weight sync walks it. Checks every yielded tensor against the same model
 merged on one process, and measures how much of the model was gathered at once at each yield: ZeRO-3's parameters
 marked available, FSDP2's gathered tensors still alive. Rank 0 writes the figures as JSON to argv[1]."""
 
@@ -16,7 +16,7 @@ from accelerate import Accelerator
 from peft import LoraConfig, get_peft_model
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from r1kit.weightsync import iter_layer_weights
+from r1kit.training.weightsync import iter_layer_weights
 
 
 def tiny_lora_model():
@@ -54,10 +54,10 @@ class Gathered:
 
 
 def cpu_accelerator() -> Accelerator:
-    """The accelerator as r1kit's trainer gets it on ranks without a GPU (`r1kit.sharding`)."""
+    """The accelerator as r1kit's trainer gets it on ranks without a GPU (`r1kit.launching.sharding`)."""
     from accelerate.state import PartialState
 
-    from r1kit.sharding import enable_fsdp_on_cpu, requested
+    from r1kit.launching.sharding import enable_fsdp_on_cpu, requested
 
     if requested().engine == "deepspeed":
         PartialState(backend="gloo")  # what ddp_backend: gloo gives: DeepSpeed's CPU accelerator over gloo

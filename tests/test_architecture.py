@@ -26,7 +26,7 @@ def modules() -> dict[str, Path]:
 
 
 def imported(node: ast.AST, module: str, known: set[str]) -> set[str]:
-    """The r1kit modules an import statement imports (`from r1kit import data` imports the module `r1kit.data`)."""
+    """The r1kit modules an import statement imports (`from r1kit import data` imports the module `r1kit.loading.data`)."""
     if isinstance(node, ast.Import):
         return {a.name for a in node.names if a.name in known}
     if not isinstance(node, ast.ImportFrom) or node.module is None:

@@ -13,9 +13,9 @@ import zlib
 import pytest
 
 from r1kit import decontaminate, evaluation
-from r1kit.benchmarks import NAMES, OPEN_R1, check_names, load
+from r1kit.benchmarking.benchmarks import NAMES, OPEN_R1, check_names, load
+from r1kit.benchmarking.judges import score_choice, score_lcb
 from r1kit.errors import ConfigError
-from r1kit.judges import score_choice, score_lcb
 from r1kit.sandbox.jail import probe
 
 
@@ -36,10 +36,10 @@ def test_one_registry_names_the_benchmarks_of_every_command(monkeypatch):
     """`r1kit evaluate --help` lists, `r1kit decontaminate` accepts and the name check accepts the same names."""
     import datasets
 
-    import r1kit.benchmarks
+    import r1kit.benchmarking.benchmarks
 
     assert listed_names(evaluation.add_parser) == listed_names(decontaminate.add_parser) == set(NAMES)
-    monkeypatch.setattr(r1kit.benchmarks, "hub_problem", lambda repo_id, kind: None)  # offline here: Hub ids are fine
+    monkeypatch.setattr(r1kit.benchmarking.benchmarks, "hub_problem", lambda repo_id, kind: None)  # offline here: Hub ids are fine
     monkeypatch.setattr(datasets, "load_dataset", lambda *a, **k: datasets.Dataset.from_dict(
         {c: ["What is 2 + 2?"] for c in ("problem", "answer", "Question", "question_content")}))
 
@@ -169,10 +169,10 @@ HOSTILE_LCB = {
 def test_hostile_livecodebench_rows_are_skipped_counted_and_bounded(tmp_path, caplog, monkeypatch):
     import tracemalloc
 
-    from r1kit.benchmarks import get
+    from r1kit.benchmarking.benchmarks import get
 
     cap = 8 << 20
-    monkeypatch.setattr("r1kit.benchmarks.LCB_MAX_TEST_BYTES", cap)  # the 64 MiB bomb inflates 8x past it
+    monkeypatch.setattr("r1kit.benchmarking.benchmarks.LCB_MAX_TEST_BYTES", cap)  # the 64 MiB bomb inflates 8x past it
     path = tmp_path / "lcb.jsonl"
     rows = [LCB_ROWS[0]] + [dict(LCB_ROWS[0], **change) for change in HOSTILE_LCB.values()] + [LCB_ROWS[1]]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -189,7 +189,7 @@ def test_hostile_livecodebench_rows_are_skipped_counted_and_bounded(tmp_path, ca
 
 
 def test_hostile_math_and_gpqa_rows_are_skipped(tmp_path):
-    from r1kit.benchmarks import get
+    from r1kit.benchmarking.benchmarks import get
 
     math_rows = [{"problem": "1+1", "answer": "2"}, {"problem": ["x"], "answer": "2"}, {"problem": "2+2", "answer": {"a": 1}},
                  {"problem": "3+3", "answer": 6}]

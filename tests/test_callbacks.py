@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from r1kit.callbacks import PushToHubRevisionCallback, check_hub_revision
+from r1kit.benchmarking.callbacks import PushToHubRevisionCallback, check_hub_revision
 from r1kit.config.recipe import parse_args
 from r1kit.grpo import pipeline as main
 from r1kit.hub import HfHub, LocalHub
@@ -115,7 +115,7 @@ def test_fake_hub_receives_create_repo_branch_and_upload(tmp_path):
 
 
 def test_upload_failures_are_retried_and_never_raise(tmp_path, monkeypatch):
-    monkeypatch.setattr("r1kit.callbacks.time.sleep", lambda s: None)
+    monkeypatch.setattr("r1kit.benchmarking.callbacks.time.sleep", lambda s: None)
     api = FakeHfApi(fail_uploads=2)
     saved_checkpoint(tmp_path, 2)
     callback = PushToHubRevisionCallback("me/model", "main", str(tmp_path), client=HfHub("me/model", api=api))
@@ -159,8 +159,8 @@ def test_heldout_accuracy_verifies_with_the_recipes_reward_timeout(tmp_path, tin
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     import r1kit.rewards.verify as verify
-    from r1kit.callbacks import get_callbacks
-    from r1kit.data import get_dataset
+    from r1kit.benchmarking.callbacks import get_callbacks
+    from r1kit.loading.data import get_dataset
 
     recipe = tiny_recipe(tiny_model_dir, math_jsonl, tmp_path / "out", callbacks=["heldout_accuracy"], heldout_size=4,
                          reward_timeout=12.5)

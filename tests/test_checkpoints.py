@@ -12,7 +12,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from r1kit.checkpoints import find_resume_checkpoint
+from r1kit.state.checkpoints import find_resume_checkpoint
 from tests.helpers import raises_naming
 
 

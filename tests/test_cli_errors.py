@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import r1kit.grpo
-import r1kit.modeling
+import r1kit.loading.modeling
 from r1kit.cli import main
 from tests.helpers import tiny_recipe, write_recipe
 
@@ -148,8 +148,8 @@ def test_grpo_bad_input_is_one_line_naming_the_field(inputs, tiny_model_dir, cap
     def must_not_load(*args, **kwargs):
         raise AssertionError("the model loaded before the input was checked")
 
-    monkeypatch.setattr(r1kit.modeling, "get_tokenizer", must_not_load)
-    monkeypatch.setattr(r1kit.modeling, "get_model", must_not_load)
+    monkeypatch.setattr(r1kit.loading.modeling, "get_tokenizer", must_not_load)
+    monkeypatch.setattr(r1kit.loading.modeling, "get_model", must_not_load)
     monkeypatch.setattr(r1kit.grpo, "get_tokenizer", must_not_load)  # grpo imports them by name
     monkeypatch.setattr(r1kit.grpo, "get_model", must_not_load)
     if keys is None:

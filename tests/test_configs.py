@@ -12,7 +12,7 @@ from r1kit.cli import main as cli_main
 from r1kit.config.recipe import parse_args, parse_recipe, split_command_line
 from r1kit.config.schema import GRPOScriptArguments
 from r1kit.errors import ConfigError, ConfigWarning
-from r1kit.preflight import check_rules
+from r1kit.run.preflight import check_rules
 from tests.helpers import raises_naming, write_recipe
 
 HERE = Path(__file__).parent
@@ -185,7 +185,7 @@ def test_resume_path_must_exist(tmp_path):
 
 
 def test_wandb_settings_are_exported_only_when_reporting_to_wandb(tmp_path, monkeypatch):
-    from r1kit.run import export_wandb_env
+    from r1kit.run.pipeline import export_wandb_env
 
     for name in ("WANDB_ENTITY", "WANDB_PROJECT", "WANDB_RUN_GROUP"):
         monkeypatch.setenv(name, "")  # restored (removed) after the test
@@ -198,7 +198,7 @@ def test_wandb_settings_are_exported_only_when_reporting_to_wandb(tmp_path, monk
 
 
 def test_mapping_fields_parse_from_the_command_line_and_generated_tasks_take_their_options(tmp_path):
-    from r1kit.data import get_dataset
+    from r1kit.loading.data import get_dataset
 
     script_args, _, _ = parse(tmp_path, "--dataset_name", "r1kit:addition", "--dataset_options",
                               "{min_digits: 1, max_digits: 2, train_size: 50}")

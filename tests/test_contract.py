@@ -1,4 +1,4 @@
-"""The run's contract (r1kit.contract): what a run records of itself, and what a resume does when the recipe or the
+"""The run's contract (r1kit.state.contract): what a run records of itself, and what a resume does when the recipe or the
 launch changed since the checkpoint: safe fields taken and said, fields that change the optimisation refused with
 one line naming both values unless `resume_changes` says how to go on, another model always refused. GRPO and SFT
 share the policy. (Another world size: tests/test_launch.py, with a real 2-process checkpoint.)"""
@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from r1kit import contract
 from r1kit.config.recipe import parse_args
-from r1kit.contract import IDENTITY, OPTIMISATION, SAFE, classify, compare, decide
 from r1kit.grpo import pipeline
+from r1kit.state import contract
+from r1kit.state.contract import IDENTITY, OPTIMISATION, SAFE, classify, compare, decide
 from tests.helpers import raises_naming, tiny_recipe, write_recipe
 
 CANARY = "hf_" + "Cz7RkW2qP9sLm4XvB8nT1yJd6Ga3Ue5Hf0"  # a Hub token in the recipe: recorded nowhere
@@ -161,7 +161,7 @@ def test_a_changed_group_size_reward_list_weights_or_beta_is_refused_naming_both
 
 @pytest.mark.slow
 def test_another_model_or_new_weights_under_the_same_name_are_always_refused(trained, tmp_path):
-    from r1kit.modeling import build_char_tokenizer, build_tiny_llama
+    from r1kit.loading.modeling import build_char_tokenizer, build_tiny_llama
 
     recipe, _ = trained
     other = tmp_path / "other-model"

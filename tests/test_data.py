@@ -8,9 +8,9 @@ import pytest
 from datasets import Dataset, DatasetDict
 
 from r1kit.config.schema import GRPOScriptArguments
-from r1kit.data import check_reward_columns, get_dataset, load_source, make_conversation, to_conversations
 from r1kit.errors import ConfigError
-from r1kit.tasks import addition_problems
+from r1kit.loading.data import check_reward_columns, get_dataset, load_source, make_conversation, to_conversations
+from r1kit.sources.tasks import addition_problems
 from tests.helpers import raises_naming
 
 ROWS = [{"problem": f"p{i}", "solution": str(i), "extra": i % 3} for i in range(40)]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from r1kit.benchmarks import load
+from r1kit.benchmarking.benchmarks import load
 from r1kit.decontaminate import (
     NgramIndex,
     QuestionSet,

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from r1kit.cli import main
-from r1kit.modeling import DEMO_MODEL
-from r1kit.tasks import worked_solution
+from r1kit.loading.modeling import DEMO_MODEL
+from r1kit.sources.tasks import worked_solution
 
 
 def test_worked_solution_adds_digit_by_digit_with_carries():

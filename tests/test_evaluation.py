@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from r1kit.benchmarks import load
+from r1kit.benchmarking.benchmarks import load
+from r1kit.benchmarking.judges import score_code
 from r1kit.cli import main
 from r1kit.evaluation import evaluate, pass_at_k
-from r1kit.judges import score_code
-from r1kit.modeling import DEMO_MODEL
+from r1kit.loading.modeling import DEMO_MODEL
 
 
 @pytest.fixture(scope="module")

@@ -17,8 +17,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from r1kit.callbacks import EvaluationInterrupted, HeldOutAccuracyCallback
-from r1kit.generation import GenerationStopped, generate
+from r1kit.benchmarking.callbacks import EvaluationInterrupted, HeldOutAccuracyCallback
+from r1kit.benchmarking.generation import GenerationStopped, generate
 
 REPO = Path(__file__).resolve().parents[1]
 STARTUP_SECONDS = 300  # a cold start on a busy 2-core machine
@@ -49,7 +49,7 @@ def test_the_callback_records_no_stopped_evaluation_and_skips_the_final_one_of_a
             raise GenerationStopped()
         return 0.5, []
 
-    monkeypatch.setattr("r1kit.callbacks.greedy_accuracy", fake_accuracy)
+    monkeypatch.setattr("r1kit.benchmarking.callbacks.greedy_accuracy", fake_accuracy)
     tracker = HeldOutAccuracyCallback(None, ["q"], ["1"], str(tmp_path), every_steps=2)
     args, control = SimpleNamespace(world_size=1), SimpleNamespace(should_training_stop=False)
     tracker.stop_requested = lambda: True

@@ -1,4 +1,4 @@
-"""Where rollouts come from under `async_rollouts` (r1kit.generators), and async rollouts end to end: the
+"""Where rollouts come from under `async_rollouts` (r1kit.training.generators), and async rollouts end to end: the
 transformers generator's samples and log-probabilities against the policy's own, then whole runs: the same batches as a
 synchronous run within the staleness bound, dynamic sampling and the curriculum on top, a kill -9 during a weight sync,
 a generator that keeps failing (exit 75), and the combinations refused before the model loads."""
@@ -19,8 +19,8 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
 from r1kit.config.recipe import parse_args
-from r1kit.generators import TransformersGenerator
 from r1kit.grpo import pipeline
+from r1kit.training.generators import TransformersGenerator
 from tests.helpers import raises_naming, tiny_recipe, write_recipe
 
 REPO = Path(__file__).resolve().parents[1]
@@ -173,7 +173,8 @@ def test_async_with_dynamic_sampling_and_the_curriculum_generates_refills_on_dem
 HOOK = """
 import os, signal, sys, time
 from pathlib import Path
-from r1kit import generators, rollouts
+from r1kit.training import generators
+from r1kit.training import rollouts
 marker, when = Path(os.environ["R1KIT_TEST_MARKER"]), os.environ["R1KIT_TEST_FAULT"]
 if when.startswith("sync:"):  # stop dead inside the weight sync that hands over these weights
     version = int(when[5:])

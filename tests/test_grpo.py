@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from r1kit.checkpoints import find_resume_checkpoint
 from r1kit.config.recipe import parse_args
 from r1kit.errors import ConfigError
 from r1kit.grpo import pipeline as main
+from r1kit.state.checkpoints import find_resume_checkpoint
 from tests.helpers import tiny_recipe, write_recipe
 
 REPO = Path(__file__).resolve().parents[1]

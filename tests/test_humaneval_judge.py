@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from r1kit.judges import score_code
+from r1kit.benchmarking.judges import score_code
 from r1kit.sandbox import Program, get_provider, jail
 from r1kit.sandbox.jail import probe
 

@@ -9,12 +9,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from r1kit.copies import copy_answers, is_copy, premises, restates_question
-from r1kit.independent import example_tests, math_verdict
-from r1kit.mathjudge import judge
+from r1kit.integrity.independent import example_tests, math_verdict
+from r1kit.integrity.tripwires import identical_share
+from r1kit.judging.copies import copy_answers, is_copy, premises, restates_question
+from r1kit.judging.mathjudge import judge
 from r1kit.probes import COPY, GOLD
 from r1kit.sandbox.jail import probe as jail_problem
-from r1kit.tripwires import identical_share
 from tests.helpers import write_recipe
 from tests.test_probes import recipe, results_of
 
@@ -109,7 +109,7 @@ def test_the_math_judge_says_none_where_it_cannot_read_and_stays_bounded():
 # The reasoning-gym judge and the code judge, for real
 # --------------------------------------------------------------------------------------------------------------------
 def _record(generator: str, entry: dict) -> str:
-    from r1kit.gym_data import encode_record
+    from r1kit.sources.gym_data import encode_record
 
     return encode_record(generator, {}, entry)
 
@@ -119,7 +119,7 @@ def test_the_reasoning_gym_judge_re_verifies_right_wrong_copied_and_constant_ans
     pytest.importorskip("reasoning_gym")
     import reasoning_gym
 
-    from r1kit.independent import gym_verdicts
+    from r1kit.integrity.independent import gym_verdicts
 
     chain = {"question": "State the final answer to the following arithmetic problem: 4 - 1 =", "answer": "3",
              "metadata": {}}
@@ -152,7 +152,7 @@ def test_tests_are_generated_from_the_examples_a_prompt_shows():
 @pytest.mark.slow
 @NO_JAIL
 def test_the_code_judge_runs_reversed_tests_or_the_prompts_examples_on_right_wrong_and_copied_programs():
-    from r1kit.independent import code_verdicts
+    from r1kit.integrity.independent import code_verdicts
 
     right = "```python\na, b = map(int, input().split())\nprint(a + b)\n```"
     wrong = "```python\na, b = map(int, input().split())\nprint(a * b)\n```"
@@ -185,7 +185,7 @@ def test_the_second_opinion_reports_unchecked_rows_and_both_sides_correct_shares
 
     import torch
 
-    from r1kit.second_opinion import SecondOpinion
+    from r1kit.integrity.second_opinion import SecondOpinion
 
     opinion = SecondOpinion(["accuracy"], str(tmp_path), samples=4)
     trainer = SimpleNamespace(model=SimpleNamespace(training=True), state=SimpleNamespace(global_step=0),

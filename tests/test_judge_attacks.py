@@ -8,10 +8,10 @@ import time
 
 import pytest
 
-from r1kit.independent import math_verdict
-from r1kit.mathjudge import judge
-from r1kit.second_opinion import judge_rows
-from r1kit.tripwires import identical_share
+from r1kit.integrity.independent import math_verdict
+from r1kit.integrity.second_opinion import judge_rows
+from r1kit.integrity.tripwires import identical_share
+from r1kit.judging.mathjudge import judge
 
 
 def test_a_long_run_of_letters_after_a_number_is_read_in_linear_time():

@@ -1,4 +1,4 @@
-"""One exit code per outcome on every launch path (r1kit.launch): a 2-process run preempted under
+"""One exit code per outcome on every launch path (r1kit.launching.launch): a 2-process run preempted under
 `r1kit grpo --world-size 2`, `r1kit launch torchrun` and `r1kit launch accelerate launch` exits 75 (torchrun and
 accelerate launch alone say 1 or 143 for it, with a traceback), with one signal or several, and the same command
 resumes; a 2-process checkpoint is not resumed on one process. (Plain `r1kit grpo`: tests/test_lifecycle.py; a
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from r1kit.console import EXIT_COMPLETED, EXIT_INTERRUPTED, EXIT_STOPPED
-from r1kit.launch import outcome, world_size
+from r1kit.launching.launch import outcome, world_size
 from tests.helpers import descendants, raises_naming, tiny_recipe, write_recipe
 from tests.test_lifecycle import Command
 
@@ -152,7 +152,7 @@ def test_r1kit_launch_accelerate_exits_75_on_repeated_signals_to_every_process(t
 def test_a_launcher_that_fails_before_its_workers_run_says_why_in_one_line(capsys):
     """A rendezvous port in use, say: the launcher raises before any worker starts, and a bare exit 1 would say
     nothing (found running the Slurm tests)."""
-    from r1kit.launch import caught
+    from r1kit.launching.launch import caught
 
     def port_taken():
         raise ConnectionError("port 29500 is in use")

@@ -1,4 +1,4 @@
-"""The run's ledger (r1kit.ledger): a tripwire's decision is written before it is acted on, and a resume reads it
+"""The run's ledger (r1kit.state.ledger): a tripwire's decision is written before it is acted on, and a resume reads it
 first, so a crash at any moment resumes the way the decision said: on the rolled-back branch, with its learning-rate
 cut and its seed, never from the abandoned stretch (moved aside, not deleted); a damaged rollback target is passed
 over; a stopped run stays stopped until the user says otherwise."""
@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from r1kit import ledger
 from r1kit.config.recipe import parse_args
 from r1kit.grpo import pipeline
-from r1kit.lifecycle import RunHalted
+from r1kit.run.lifecycle import RunHalted
+from r1kit.state import ledger
 from tests.helpers import tiny_recipe, write_recipe
 from tests.test_contract import same_weights, weights
 

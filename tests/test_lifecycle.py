@@ -17,9 +17,9 @@ from types import SimpleNamespace
 import pytest
 from transformers import TrainerControl, TrainerState
 
-from r1kit import lifecycle
-from r1kit.checkpoints import completed_run
 from r1kit.errors import ConfigError
+from r1kit.run import lifecycle
+from r1kit.state.checkpoints import completed_run
 from tests.helpers import raises_naming, tiny_recipe, write_recipe
 
 REPO = Path(__file__).resolve().parents[1]

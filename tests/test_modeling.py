@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from r1kit.modeling import get_model, get_tokenizer, model_init_kwargs, resolve_model_path
+from r1kit.loading.modeling import get_model, get_tokenizer, model_init_kwargs, resolve_model_path
 
 needs_cpu_only = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU fallbacks")
 
@@ -41,7 +41,7 @@ def test_a_rank_other_than_0_builds_the_whole_builtin_model(tmp_path, monkeypatc
     a rank other than 0, so the rank that published first used to leave a folder without config.json or weights."""
     from transformers import AutoModelForCausalLM
 
-    from r1kit.modeling import build_char_tokenizer, build_tiny_llama
+    from r1kit.loading.modeling import build_char_tokenizer, build_tiny_llama
 
     monkeypatch.setenv("R1KIT_CACHE", str(tmp_path))
     monkeypatch.setattr(torch.distributed, "is_initialized", lambda: True)
@@ -85,7 +85,7 @@ def test_use_cache_is_off_under_gradient_checkpointing():
 def test_one_lora_target_module_stays_a_module_name(written, matched):
     """TRL turns a one-item list into its string, which peft reads as a whole-name pattern: [q_proj] matched nothing."""
     from r1kit.config.schema import ModelConfig
-    from r1kit.modeling import get_peft_config
+    from r1kit.loading.modeling import get_peft_config
 
     config = get_peft_config(ModelConfig(model_name_or_path="m", use_peft=True, lora_target_modules=written))
     assert config.target_modules == matched

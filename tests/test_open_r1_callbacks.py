@@ -13,7 +13,7 @@ def test_push_to_hub_revision_with_benchmarks_evaluates_and_checks_names(tmp_pat
     assert main(["grpo", "--config", str(write_recipe(tmp_path, **recipe)), "--dry-run"]) == 2
     assert "unknown benchmark 'lcb_v5'" in capsys.readouterr().err
 
-    from r1kit.callbacks import EvaluateBenchmarksCallback, PushToHubRevisionCallback, get_callbacks
+    from r1kit.benchmarking.callbacks import EvaluateBenchmarksCallback, PushToHubRevisionCallback, get_callbacks
     from r1kit.config.schema import GRPOConfig, GRPOScriptArguments
 
     args = GRPOConfig(output_dir=str(tmp_path / "out"), callbacks=["push_to_hub_revision"], benchmarks=["addition"],

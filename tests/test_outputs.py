@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from r1kit import run as runs
 from r1kit.config.recipe import parse_args
 from r1kit.grpo import finish, setup
-from r1kit.modeling import resolve_model_path
+from r1kit.loading.modeling import resolve_model_path
+from r1kit.run import pipeline as runs
 from tests.helpers import tiny_recipe, write_recipe
 
 pytestmark = pytest.mark.slow  # each module fixture trains

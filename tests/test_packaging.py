@@ -70,7 +70,7 @@ def test_installed_wheel_runs_the_dry_run_and_finds_the_slurm_script(wheel, tmp_
 
     code = (
         "from pathlib import Path\n"
-        "from r1kit.callbacks import EvaluateBenchmarksCallback\n"
+        "from r1kit.benchmarking.callbacks import EvaluateBenchmarksCallback\n"
         "cb = EvaluateBenchmarksCallback(['addition'], 'out', launcher='slurm')\n"
         "cmd = cb.command(Path('out/checkpoint-2'), Path('out/eval/checkpoint-2'), 2)\n"
         "script = Path(cmd[3])\n"

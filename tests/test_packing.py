@@ -1,4 +1,4 @@
-"""The packed pass's layout and mask (`r1kit.packing`): what each query sees is what it sees in TRL's dense pass,
+"""The packed pass's layout and mask (`r1kit.training.packing`): what each query sees is what it sees in TRL's dense pass,
 every scored token is scored once, and the FlexAttention path gives the SDPA path's values (forward only on CPU:
 compiled FlexAttention has no backward there; the GPU check runs its gradients)."""
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from r1kit.packing import FLEX_BLOCK, build_layout, dense_mask, score_packed
+from r1kit.training.packing import FLEX_BLOCK, build_layout, dense_mask, score_packed
 
 BF16_TOLERANCE = {"rtol": 2e-2, "atol": 2e-2}  # bf16 autocast: both passes round to bf16, in another order
 

@@ -47,7 +47,7 @@ def test_scores_filters_and_continues_after_a_crash(tmp_path, tiny_model_dir, ma
     # A crash after 3 prompts, mid-line: the rerun scores only the 17 others and keeps the 3.
     (out / "generations.jsonl").write_text("\n".join(lines[:3]) + "\n" + lines[3][:10])
     generated = []
-    import r1kit.generation as generation
+    import r1kit.benchmarking.generation as generation
 
     real = generation.generate
     monkeypatch.setattr(generation, "generate", lambda model, tok, prompts, *a, **k: generated.extend(prompts) or real(model, tok, prompts, *a, **k))

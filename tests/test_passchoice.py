@@ -1,4 +1,4 @@
-"""Which training pass a run takes (`r1kit.passchoice`): chosen by what it measures on the device it runs on, here
+"""Which training pass a run takes (`r1kit.training.passchoice`): chosen by what it measures on the device it runs on, here
 with an injected clock, so that the policy is tested, not this machine's speed."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from r1kit.passchoice import BUCKETED, DENSE, PACKED, PassChooser, shape_class
+from r1kit.training.passchoice import BUCKETED, DENSE, PACKED, PassChooser, shape_class
 
 
 def measure(chooser: PassChooser, key, cost: dict[str, float], runs: int) -> list[tuple[str, bool]]:

@@ -8,8 +8,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from r1kit import preflight
 from r1kit.errors import ConfigError
+from r1kit.run import preflight
 from tests.helpers import raises_naming
 
 
@@ -111,7 +111,7 @@ def test_vllm_server_that_comes_up_late_is_waited_for(gpu_and_vllm):
 
 
 def test_deepspeed_requested_but_not_installed(monkeypatch):
-    from r1kit import sharding
+    from r1kit.launching import sharding
 
     monkeypatch.setattr(sharding, "installed", lambda m: m != "deepspeed")
     monkeypatch.setenv("WORLD_SIZE", "2")
@@ -123,7 +123,7 @@ def test_deepspeed_requested_but_not_installed(monkeypatch):
 
 
 def test_quantisation_without_gpu(monkeypatch):
-    from r1kit import modeling
+    from r1kit.loading import modeling
 
     monkeypatch.setattr(modeling, "has_cuda", lambda: False)
     for flag in ("load_in_4bit", "load_in_8bit"):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 
 from r1kit.rewards.text import _LOGGED, log_once, probing
-from r1kit.run import TiedKeysAreNotMissing, tied_names
+from r1kit.run.pipeline import TiedKeysAreNotMissing, tied_names
 
 
 def tiny_model(tied: bool):

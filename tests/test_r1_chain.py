@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from r1kit.cli import main
-from r1kit.tasks import export_addition
+from r1kit.sources.tasks import export_addition
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.mark.slow
 def test_decontaminate_then_sft_then_grpo(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    subprocess.run([sys.executable, "-m", "r1kit.tasks", "addition", "--split", "train", "--size", "600", "--output",
+    subprocess.run([sys.executable, "-m", "r1kit.sources.tasks", "addition", "--split", "train", "--size", "600", "--output",
                     "data/addition_sft.jsonl"], check=True, capture_output=True)
     export_addition("data/planted.jsonl", "test", 3)  # plant three held-out problems in the training data
     with open("data/addition_sft.jsonl", "a") as f:

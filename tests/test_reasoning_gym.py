@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from r1kit.data import check_reward_columns, load_source
 from r1kit.errors import ConfigError
+from r1kit.loading.data import check_reward_columns, load_source
 
 CHAIN_SUM = {"min_terms": 2, "max_terms": 3, "min_digits": 1, "max_digits": 2, "train_size": 120, "test_size": 30}
 
@@ -38,7 +38,7 @@ def reward():
 # --------------------------------------------------------------------------------------------------------------------
 @pytest.mark.slow
 def test_r1kit_imports_and_lists_rewards_without_reasoning_gym():
-    code = ("import sys; sys.modules['reasoning_gym'] = None; import r1kit, r1kit.data, r1kit.callbacks, "
+    code = ("import sys; sys.modules['reasoning_gym'] = None; import r1kit, r1kit.loading.data, r1kit.benchmarking.callbacks, "
             "r1kit.evaluation, r1kit.rewards.gym; from r1kit.rewards import REWARD_FUNCS_REGISTRY; "
             "assert 'reasoning_gym' in REWARD_FUNCS_REGISTRY")
     subprocess.run([sys.executable, "-c", code], check=True)
@@ -309,8 +309,8 @@ def test_text_answers_are_read_from_the_last_line():
 def test_heldout_accuracy_grades_reasoning_gym_rows_with_their_scorer(chain_sum, tmp_path):
     from types import SimpleNamespace
 
-    from r1kit.callbacks import CALLBACKS
-    from r1kit.judges import score_gym_answers
+    from r1kit.benchmarking.callbacks import CALLBACKS
+    from r1kit.benchmarking.judges import score_gym_answers
 
     script_args = SimpleNamespace(dataset_test_split="test", dataset_prompt_column="prompt", reward_timeout=1.0,
                                   reasoning_gym_answer="last_number", allow_unsandboxed_code_execution=False)
@@ -411,7 +411,7 @@ def rows_with_distinct_golds(generator: str) -> list[tuple[str, dict]]:
     gold, differ."""
     import reasoning_gym
 
-    from r1kit.gym_data import encode_record
+    from r1kit.sources.gym_data import encode_record
 
     dataset = reasoning_gym.create_dataset(generator, size=4 * ROWS_PER_GENERATOR, seed=1)
     rows, seen = [], set()
@@ -561,9 +561,9 @@ def test_countdown_and_puzzle24_cheats_score_nothing_and_towers_never_reach_the_
     pytest.importorskip("reasoning_gym")
     import reasoning_gym
 
-    from r1kit.gym_data import encode_record
     from r1kit.rewards import gym
     from r1kit.rewards.gym import score_completions
+    from r1kit.sources.gym_data import encode_record
 
     def countdown(numbers, target):
         entry = {"question": f"Make {target} from {numbers}", "answer": "", "metadata": {"numbers": numbers,
@@ -601,7 +601,7 @@ def test_countdown_and_puzzle24_cheats_score_nothing_and_towers_never_reach_the_
 
 def test_records_keep_tuples_sets_and_non_string_keys():
     """arc_agi's and rearc's scorers compare tuples: as JSON lists, their golds scored 0.05."""
-    from r1kit.gym_data import UnfaithfulRecord, decode_record, encode_record
+    from r1kit.sources.gym_data import UnfaithfulRecord, decode_record, encode_record
 
     entry = {"question": "q", "answer": "a", "metadata": {
         "grid": ((1, 2), (3, 4)), "colours": {1: "red", (0, 1): "blue"}, "seen": {3}, "frozen": frozenset({"x"}),

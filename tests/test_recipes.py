@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from r1kit.config.recipe import parse_args
-from r1kit.preflight import check_rules
+from r1kit.run.preflight import check_rules
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPES = sorted(p for p in (ROOT / "recipes").rglob("*.yaml") if "accelerate_configs" not in p.parts)

@@ -7,7 +7,7 @@ import json
 import logging
 
 from r1kit import records
-from r1kit.callbacks import HeldOutAccuracyCallback
+from r1kit.benchmarking.callbacks import HeldOutAccuracyCallback
 from r1kit.report import load_jsonl
 
 
@@ -76,7 +76,7 @@ def test_trainer_state_and_results_are_written_atomically_and_load_back(tmp_path
 
     from transformers import TrainerState
 
-    from r1kit import run
+    from r1kit.run import pipeline as run
 
     trainer = SimpleNamespace(args=SimpleNamespace(output_dir=str(tmp_path)), state=TrainerState(global_step=3),
                               is_world_process_zero=lambda: True)

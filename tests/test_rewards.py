@@ -307,7 +307,7 @@ def test_repetition_penalty_zh_needs_jieba_or_works():
 
 def test_format_prefill_is_detected_from_the_chat_template():
     from r1kit.grpo import generation_prompt_ends_in_think
-    from r1kit.modeling import build_char_tokenizer
+    from r1kit.loading.modeling import build_char_tokenizer
 
     tokenizer = build_char_tokenizer()
     assert not generation_prompt_ends_in_think(tokenizer)

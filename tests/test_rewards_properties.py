@@ -79,7 +79,7 @@ form_soup = st.lists(st.sampled_from(["\\boxed{", "}", "{", "=", "<", ">", "\\le
 @settings(max_examples=200, deadline=None)
 @given(st.one_of(form_soup, st.text(max_size=200)), st.sampled_from(["41", "5\\text{ m}", "x \\le 3", "30^\\circ", "y=2x+1"]))
 def test_the_answer_form_readers_and_both_judges_are_total(text, gold):
-    from r1kit import mathjudge
+    from r1kit.judging import mathjudge
     from r1kit.rewards import forms
     from r1kit.rewards.verify import CORRECT, UNPARSEABLE_GOLD, WRONG, judge
 

@@ -1,4 +1,4 @@
-"""The rollout engine of `async_rollouts` without a trainer (r1kit.rollouts): what is read ahead, which weights a row
+"""The rollout engine of `async_rollouts` without a trainer (r1kit.training.rollouts): what is read ahead, which weights a row
 was generated with, what is dropped as stale, what a failure does, and the importance weights the loss takes."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from r1kit import rollouts
 from r1kit.errors import GenerationUnavailable
-from r1kit.rollouts import (
+from r1kit.training import rollouts
+from r1kit.training.rollouts import (
     Lookahead,
     RolloutEngine,
     fold_into_advantages,

@@ -1,4 +1,4 @@
-"""Dynamic sampling and the pass-rate curriculum (`r1kit.trainer`, `r1kit.curriculum`): what is dropped never reaches the loss, the
+"""Dynamic sampling and the pass-rate curriculum (`r1kit.training.trainer`, `r1kit.training.curriculum`): what is dropped never reaches the loss, the
 curriculum skips what it should, a resumed run repeats the uninterrupted one, and two ranks stay in step."""
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ import pytest
 import torch
 
 from r1kit.config.recipe import parse_args
-from r1kit.curriculum import CurriculumRules, PromptPicker, join_pieces, prompt_key
 from r1kit.grpo import setup
-from r1kit.run import train
+from r1kit.run.pipeline import train
+from r1kit.training.curriculum import CurriculumRules, PromptPicker, join_pieces, prompt_key
 from tests.helpers import raises_naming, tiny_recipe, write_recipe
 
 REPO = Path(__file__).resolve().parents[1]
@@ -40,7 +40,7 @@ def tiny_gpt2_dir(tmp_path_factory) -> Path:
     """A tiny GPT-2: absolute position embeddings, so a token's logits change with the left padding before it."""
     from transformers import GenerationConfig, GPT2Config, GPT2LMHeadModel
 
-    from r1kit.modeling import build_char_tokenizer
+    from r1kit.loading.modeling import build_char_tokenizer
 
     torch.manual_seed(0)
     tokenizer = build_char_tokenizer()

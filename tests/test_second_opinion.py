@@ -1,4 +1,4 @@
-"""The second opinion: sampled completions judged again by an independent path (r1kit.second_opinion), unit by unit
+"""The second opinion: sampled completions judged again by an independent path (r1kit.integrity.second_opinion), unit by unit
 and in a training run of the tiny model."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from r1kit.second_opinion import SecondOpinion, math_verdict, pick_rows
+from r1kit.integrity.second_opinion import SecondOpinion, math_verdict, pick_rows
 from tests.helpers import descendants, tiny_recipe, write_recipe
 from tests.test_grpo import run_recipe
 
@@ -143,7 +143,7 @@ def test_code_is_judged_again_in_a_fresh_jail_with_the_tests_reversed():
 
     if probe() is not None:
         pytest.skip(f"no jail here: {probe()}")
-    from r1kit.independent import code_verdicts
+    from r1kit.integrity.independent import code_verdicts
 
     info = {"test_cases": [{"input": str(i), "output": str(i)} for i in (1, 7, 3)]}
     texts = [ECHO_RIGHT, ECHO_SEVEN_WRONG, EARLY_EXIT, "no code at all", ECHO_RIGHT]
@@ -156,7 +156,7 @@ def test_code_is_judged_again_in_a_fresh_jail_with_the_tests_reversed():
 @pytest.mark.slow
 def test_reasoning_gym_is_judged_again_by_isomorphic_re_verification():
     pytest.importorskip("reasoning_gym")
-    from r1kit.independent import gym_verdicts
+    from r1kit.integrity.independent import gym_verdicts
     from r1kit.sandbox.jail import probe
 
     record = {"generator": "chain_sum", "options": {}, "entry": {"question": "1 + 2 =", "answer": "3", "metadata": {}}}

@@ -2,7 +2,7 @@
 ZeRO-2 configs, on 2 CPU ranks (gloo; FSDP2 through accelerate's own path, DeepSpeed through its CPU accelerator).
 Sharding is asserted as measured: each rank's parameter and optimizer-state bytes (OUTPUT_DIR/sharding.json), the
 loss and gradient norm of the first steps against a DDP run's, a checkpoint saved sharded and resumed, LoRA, and the
-final model saved whole for plain transformers. The checks that need no launch (`r1kit.sharding`) come first."""
+final model saved whole for plain transformers. The checks that need no launch (`r1kit.launching.sharding`) come first."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from r1kit import sharding
 from r1kit.errors import ConfigError
+from r1kit.launching import sharding
 from tests.helpers import raises_naming, tiny_recipe, write_recipe
 
 REPO = Path(__file__).resolve().parents[1]
@@ -88,6 +88,8 @@ def test_what_the_launch_cannot_give_is_refused_in_one_line(monkeypatch):
         sharding.check_launch(args())
     launched(monkeypatch, "fsdp1", 2, gpu=True)
     sharding.check_launch(args())  # FSDP1 on GPUs is accelerate's to run
+    with raises_naming("async_rollouts", "FSDP1", "fsdp_version"):  # but not with a generator to gather weights for
+        sharding.check_launch(args(async_rollouts=True))
     for name in ("fsdp", "zero3"):
         launched(monkeypatch, name, 1)
         with pytest.raises(ConfigError, match="on one process shards nothing"):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from r1kit.generation import vllm_available
+from r1kit.benchmarking.generation import vllm_available
 from tests.helpers import write_recipe
 from tests.slurm_cluster import SlurmCluster, free_port, require_slurm
 from tests.test_slurm import DDP, REPO, SCRIPT, job_env, tail, wait_for
@@ -59,7 +59,7 @@ class Secrets:
 
 def test_the_vllm_node_serves_the_training_node_behind_a_secret_generated_for_the_job(slurm, tmp_path,
                                                                                      tmp_path_factory):
-    from r1kit.modeling import build_char_tokenizer, build_tiny_llama
+    from r1kit.loading.modeling import build_char_tokenizer, build_tiny_llama
 
     model = tmp_path_factory.mktemp("vllm_model")  # head size 64: what vLLM's CPU attention supports
     tokenizer = build_char_tokenizer()

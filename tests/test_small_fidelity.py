@@ -10,8 +10,8 @@ import pytest
 from r1kit.config.recipe import parse_args
 from r1kit.errors import ConfigError
 from r1kit.hub import check_hub_push
-from r1kit.preflight import warn_unused_routers
-from r1kit.run import hub_dataset
+from r1kit.run.pipeline import hub_dataset
+from r1kit.run.preflight import warn_unused_routers
 
 
 def routers_warned(tmp_path, *flags: str) -> list[str]:

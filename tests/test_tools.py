@@ -1,4 +1,4 @@
-"""Tool use (`tools:`, `environment:`; r1kit.tools): the policy's `python` calls run in r1kit's jail, stateless and
+"""Tool use (`tools:`, `environment:`; r1kit.training.tools): the policy's `python` calls run in r1kit's jail, stateless and
 bounded; a turn's calls run at once; the infrastructure's failures make a rollout unjudged, the program's failures
 are the model's. End to end, a scripted policy (the trainer's generation replaced by fixed replies that call the
 tool) trains a few GRPO steps through TRL's tool loop: the calls run in the jail, the tool's tokens are out of the
@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from r1kit.errors import ConfigError
-from r1kit.rewardtap import unjudged
+from r1kit.integrity.rewardtap import unjudged
 from r1kit.sandbox import PASSED, SANDBOX_ERROR
 from r1kit.sandbox import TestResult as SandboxResult
-from r1kit.tools import PythonInterpreter, ToolLimits, build, prefetch, python_calls, python_environment
+from r1kit.training.tools import PythonInterpreter, ToolLimits, build, prefetch, python_calls, python_environment
 from tests.helpers import descendants, write_recipe
 
 LIMITS = ToolLimits(seconds=2.0, memory_mb=256, max_output=200, calls=3, total_seconds=6.0)
@@ -119,8 +119,8 @@ def test_the_members_of_a_group_start_alike_and_the_generators_are_left_as_they_
 
 
 def test_a_template_that_cannot_render_tools_is_refused_naming_one_that_can():
-    from r1kit.modeling import build_char_tokenizer, named_template
-    from r1kit.tools import check_tool_template
+    from r1kit.loading.modeling import build_char_tokenizer, named_template
+    from r1kit.training.tools import check_tool_template
 
     tokenizer = build_char_tokenizer()
     with pytest.raises(ConfigError, match="chat_template: qwen2.5"):
@@ -191,7 +191,7 @@ def script_policy(trainer, first_turn: str = TOOL_TURN, after_tool: str = ANSWER
 
 @pytest.fixture
 def tool_model(tmp_path):
-    from r1kit.modeling import build_char_tokenizer, build_tiny_llama
+    from r1kit.loading.modeling import build_char_tokenizer, build_tiny_llama
 
     folder = tmp_path / "model"
     tokenizer = build_char_tokenizer()
@@ -222,7 +222,7 @@ def tool_run(tmp_path, model, data, **keys):
 def test_a_scripted_policy_trains_through_the_tool_loop_with_the_tool_out_of_the_loss(tmp_path, tool_model):
     import torch
 
-    from r1kit import run as runs
+    from r1kit.run import pipeline as runs
 
     run = tool_run(tmp_path, *tool_model)
     trainer = run.trainer
@@ -275,7 +275,7 @@ def test_a_scripted_policy_trains_through_the_tool_loop_with_the_tool_out_of_the
 
 @pytest.mark.slow
 def test_a_reward_reads_the_final_answer_not_the_tools_output(tmp_path, tool_model):
-    from r1kit import run as runs
+    from r1kit.run import pipeline as runs
 
     run = tool_run(tmp_path, *tool_model, max_steps=1)
     script_policy(run.trainer, after_tool="<answer>41</answer><|im_end|>")  # the tool printed 42; the reply says 41
@@ -286,7 +286,7 @@ def test_a_reward_reads_the_final_answer_not_the_tools_output(tmp_path, tool_mod
 
 @pytest.mark.slow
 def test_an_environment_that_samples_its_start_gives_each_group_one_start(tmp_path, tool_model):
-    from r1kit import run as runs
+    from r1kit.run import pipeline as runs
     from tests.tools_for_tests import RandomStart
 
     run = tool_run(tmp_path, *tool_model, tools=[], environment="tests.tools_for_tests:RandomStart",
@@ -309,8 +309,8 @@ def test_with_async_rollouts_first_turns_are_read_ahead_and_later_turns_generate
     """The tool loop under async_rollouts: the producer's generator writes each rollout's first turn ahead (its
     prompt is the question); a turn after a tool's reply is a prompt nobody read ahead, generated urgently; the
     calls run in the jail and the answer after them is what is rewarded."""
-    from r1kit import run as runs
-    from r1kit.generators import TransformersGenerator
+    from r1kit.run import pipeline as runs
+    from r1kit.training.generators import TransformersGenerator
 
     run = tool_run(tmp_path, *tool_model, async_rollouts=True)
     tokenizer = run.trainer.processing_class
@@ -341,7 +341,7 @@ def test_r1kits_compact_tool_template_renders_a_tool_conversation_and_parses_its
     replies that transformers parses back into tool calls (its response template), and TRL accepts it."""
     from trl.chat_template_utils import is_chat_template_prefix_preserving, parse_response, supports_tool_calling
 
-    from r1kit.modeling import build_char_tokenizer, set_chat_template
+    from r1kit.loading.modeling import build_char_tokenizer, set_chat_template
 
     tokenizer = build_char_tokenizer()
     set_chat_template(tokenizer, "r1kit-tools")
@@ -366,7 +366,7 @@ def test_the_shipped_tool_calling_model_is_small_loads_offline_and_renders_tool_
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl.chat_template_utils import supports_tool_calling
 
-    from r1kit.modeling import TOOLS_MODEL, resolve_model_path
+    from r1kit.loading.modeling import TOOLS_MODEL, resolve_model_path
 
     assert resolve_model_path("r1kit:demo-tools") == str(TOOLS_MODEL)
     assert sum(p.stat().st_size for p in TOOLS_MODEL.iterdir()) < 4 << 20

@@ -15,7 +15,7 @@ import torch
 
 from r1kit.config.recipe import parse_args
 from r1kit.grpo import pipeline
-from r1kit.rewardtap import check_reward_values, checked_reward
+from r1kit.integrity.rewardtap import check_reward_values, checked_reward
 from tests.helpers import raises_naming, tiny_recipe, write_recipe
 
 
@@ -121,7 +121,7 @@ def test_a_checkpoint_loads_onto_an_indexed_cpu_device():
     refuses it ("don't know how to restore data location"), r1kit's trainer module teaches it."""
     import io
 
-    import r1kit.trainer  # noqa: F401 - registers the location handler
+    import r1kit.training.trainer  # noqa: F401 - registers the location handler
 
     buffer = io.BytesIO()
     torch.save({"exp_avg": torch.arange(4.0)}, buffer)

@@ -18,7 +18,7 @@ import os
 import pytest
 import torch
 
-from r1kit.trainpass import distinct_rows, length_buckets
+from r1kit.training.trainpass import distinct_rows, length_buckets
 
 TOLERANCE = {"rtol": 1e-4, "atol": 2e-6}  # fp32, same weights: only the summation order differs
 PROMPT_LENGTHS = [3, 3, 6, 6]  # two groups of two; padded to 8, so the first two columns are padding in every row
@@ -48,8 +48,8 @@ def build_trainer(tmp_path, kind: str, dropout: float = 0.0, **config):
     from datasets import Dataset
 
     from r1kit.config.schema import GRPOConfig
-    from r1kit.modeling import build_char_tokenizer
-    from r1kit.trainer import R1Trainer
+    from r1kit.loading.modeling import build_char_tokenizer
+    from r1kit.training.trainer import R1Trainer
 
     tokenizer = build_char_tokenizer()
     peft_config = config.pop("peft_config", None)
@@ -299,8 +299,8 @@ def ddp_worker(rank: int, folder: str, port: int, results: dict) -> None:
     from transformers import LlamaForCausalLM
     from trl.trainer.utils import add_fused_lm_head
 
-    from r1kit.packing import score_packed
-    from r1kit.trainpass import PassPlan, score_chunk
+    from r1kit.training.packing import score_packed
+    from r1kit.training.trainpass import PassPlan, score_chunk
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=2)
@@ -338,7 +338,7 @@ def test_two_ranks_under_ddp_get_the_dense_gradients(tmp_path):
 
     import torch.multiprocessing as mp
 
-    from r1kit.modeling import build_char_tokenizer
+    from r1kit.loading.modeling import build_char_tokenizer
 
     tiny_model("llama", len(build_char_tokenizer())).save_pretrained(tmp_path / "llama")
     with socket.socket() as s:
@@ -367,7 +367,7 @@ def test_the_start_up_line_says_what_the_pass_does_for_the_run(tmp_path):
 def test_attention_implementations_not_verified_exact_keep_the_buckets_but_not_the_shared_prompt():
     from types import SimpleNamespace
 
-    from r1kit.trainpass import plan_for
+    from r1kit.training.trainpass import plan_for
 
     for attention, shared in [("sdpa", True), ("eager", True), ("flash_attention_2", False), ("flex_attention", False)]:
         model = SimpleNamespace(config=SimpleNamespace(model_type="qwen2", _attn_implementation=attention),
@@ -391,7 +391,7 @@ def test_length_dependent_rope_equals_the_dense_pass_or_stands_down(rope):
     from transformers import LlamaConfig, LlamaForCausalLM
     from trl.trainer.utils import add_fused_lm_head
 
-    from r1kit.trainpass import plan_for, score_chunk
+    from r1kit.training.trainpass import plan_for, score_chunk
 
     torch.manual_seed(0)
     config = LlamaConfig(vocab_size=40, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
@@ -428,8 +428,8 @@ def test_length_dependent_rope_equals_the_dense_pass_or_stands_down(rope):
 def test_under_autocast_frozen_weights_make_each_extra_call_cost_memory_and_the_split_pays_for_it():
     """LoRA on a float32 base under bf16 autocast: each forward keeps a bf16 copy of the frozen weights for its
     backward, so a bucket or the shared prompt must save that many tokens' activations to be taken."""
-    from r1kit.modeling import build_char_tokenizer
-    from r1kit.trainpass import call_copy_tokens
+    from r1kit.loading.modeling import build_char_tokenizer
+    from r1kit.training.trainpass import call_copy_tokens
 
     model = tiny_model("llama", len(build_char_tokenizer()))
     assert call_copy_tokens(model, None) == 0 and call_copy_tokens(model, torch.bfloat16) == 0  # all trainable

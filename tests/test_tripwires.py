@@ -1,4 +1,4 @@
-"""Tripwires (r1kit.tripwires): each wire fires on a metric history built to trip it and stays quiet on a calm one;
+"""Tripwires (r1kit.integrity.tripwires): each wire fires on a metric history built to trip it and stays quiet on a calm one;
 the recipe's `tripwires` are strict; `rollback` trains again from an earlier checkpoint with the learning rate cut."""
 
 from __future__ import annotations
@@ -11,7 +11,15 @@ from types import SimpleNamespace
 import pytest
 
 from r1kit.config.schema import GRPOConfig
-from r1kit.tripwires import DEFAULT_WIRES, Tripwires, Wire, firings, identical_share, measure, parse_tripwires
+from r1kit.integrity.tripwires import (
+    DEFAULT_WIRES,
+    Tripwires,
+    Wire,
+    firings,
+    identical_share,
+    measure,
+    parse_tripwires,
+)
 from tests.helpers import raises_naming, tiny_recipe
 from tests.test_grpo import run_recipe
 

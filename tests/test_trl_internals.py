@@ -1,5 +1,5 @@
 """The private parts of TRL that r1kit relies on, pinned in one place: a TRL upgrade that moves one fails here, by
-name, instead of deep inside a training run. `r1kit.trainer` and `r1kit.generators` (async rollouts' hooks and the
+name, instead of deep inside a training run. `r1kit.training.trainer` and `r1kit.training.generators` (async rollouts' hooks and the
 vLLM weight walk) are the only modules that use them (and
 `r1kit.config.schema.trl_choices` reads TRL's documented choices; `r1kit.vllm_front` wraps the vLLM client's public
 health check)."""
@@ -13,7 +13,7 @@ from trl import GRPOTrainer
 
 from r1kit.config.schema import trl_choices
 
-# method -> the parameters r1kit's overrides receive and pass on (r1kit.trainer.R1Trainer)
+# method -> the parameters r1kit's overrides receive and pass on (r1kit.training.trainer.R1Trainer)
 OVERRIDDEN = {
     "_calculate_rewards": ["inputs", "prompts", "completions", "completion_ids_list"],
     "_generate_and_score_completions": ["inputs"],
@@ -21,7 +21,7 @@ OVERRIDDEN = {
     "_load_optimizer_and_scheduler": ["checkpoint"],
     "_get_grad_norm": ["model", "grad_norm"],  # transformers' Trainer: the non-finite gradient check
     "_compute_loss": ["model", "inputs"],  # trim_padding (the tests' loss spies wrap it too); async rollouts
-    # async rollouts (r1kit.generators.AsyncRolloutHooks)
+    # async rollouts (r1kit.training.generators.AsyncRolloutHooks)
     "_generate_single_turn": ["prompt_ids", "images", "multimodal_fields", "num_generations", "has_tool_images"],
     "_prepare_inputs": ["generation_batch"],
     "get_batch_samples": ["epoch_iterator", "num_batches", "device"],  # transformers' Trainer
@@ -50,7 +50,7 @@ def test_trl_attributes_r1kit_reads_exist_after_construction(tiny_model_dir, tmp
     from datasets import Dataset
 
     from r1kit.config.schema import GRPOConfig
-    from r1kit.trainer import R1Trainer
+    from r1kit.training.trainer import R1Trainer
 
     args = GRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=4, num_generations=2, max_steps=1,
                       report_to="none", max_completion_length=4)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from r1kit.unjudged import UnjudgedWatch, own_rows, reward_kind
+from r1kit.integrity.rewardtap import UnjudgedWatch, own_rows, reward_kind
 from tests.helpers import raises_naming, tiny_recipe, write_recipe
 
 MATH, CODE = {"solution": "4", "verification_info": None}, {"solution": None, "verification_info": {"test_cases": [1]}}
@@ -106,7 +106,7 @@ def test_trls_none_reward_tests_have_trls_outcome_with_r1trainer(tmp_path, tiny_
     from datasets import Dataset
 
     from r1kit.config.schema import GRPOConfig
-    from r1kit.trainer import R1Trainer
+    from r1kit.training.trainer import R1Trainer
 
     trainer_class, config_class = (trl.GRPOTrainer, trl.GRPOConfig) if trainer_kind == "trl" else (R1Trainer, GRPOConfig)
     funcs = ([applicable_reward_func, non_applicable_reward_func] if case.startswith("multiple")

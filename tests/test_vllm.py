@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from r1kit.generation import vllm_available
+from r1kit.benchmarking.generation import vllm_available
 from tests.helpers import write_recipe
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not vllm_available(), reason="vLLM cannot run here")]
@@ -26,7 +26,7 @@ LOGP_TOLERANCE = 0.05
 @pytest.fixture(scope="module")
 def vllm_model_dir(tmp_path_factory) -> Path:
     """A tiny Llama whose head size (64) vLLM's CPU attention supports, tied embeddings like SmolLM2 and Qwen."""
-    from r1kit.modeling import build_char_tokenizer, build_tiny_llama
+    from r1kit.loading.modeling import build_char_tokenizer, build_tiny_llama
 
     folder = tmp_path_factory.mktemp("vllm_model")
     tokenizer = build_char_tokenizer()
@@ -128,9 +128,10 @@ def test_a_lora_run_leaves_a_folder_vllm_loads_and_pass_rate_generates_with_vllm
 
 HELDOUT_CHECK = """
 import json, sys, torch
-from r1kit import grpo, run as runs
+from r1kit import grpo
+from r1kit.run import pipeline as runs
 from r1kit.config.recipe import parse_args
-from r1kit.heldout import chat_prompts
+from r1kit.benchmarking.heldout import chat_prompts
 
 script_args, training_args, model_args = parse_args(["--config", sys.argv[1]])
 run = grpo.setup(script_args, training_args, model_args)
@@ -332,7 +333,7 @@ def server_recipe(tmp_path: Path, model: Path, data: Path, port: int, **keys) ->
 def test_under_sharding_on_two_ranks_the_engines_and_heldout_follow_the_policy(tmp_path, vllm_model_dir, config,
                                                                               async_rollouts):
     """Colocated vLLM and the held-out callback on 2 ranks whose weights are sharded (FSDP2, ZeRO-3): every sync
-    gathers one module at a time (r1kit.weightsync) and each rank's engine then samples what the policy would. Under
+    gathers one module at a time (r1kit.training.weightsync) and each rank's engine then samples what the policy would. Under
     ZeRO-3 with async rollouts: the weights are gathered on the trainer's thread into each rank's staging area and
     loaded by its producer."""
     import shutil

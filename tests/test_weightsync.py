@@ -1,4 +1,4 @@
-"""The policy's weights for vLLM, one module at a time (`r1kit.weightsync`): every weight once, under vLLM's names,
+"""The policy's weights for vLLM, one module at a time (`r1kit.training.weightsync`): every weight once, under vLLM's names,
 with a LoRA adapter merged per layer; on 2 ranks under FSDP2 and ZeRO-3 (tests/sharded_weights_worker.py, launched
 as users launch) no more than one module gathered at a time, where TRL's walk gathers the whole model to merge."""
 
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from r1kit.weightsync import Unsupported, iter_layer_weights, lora_layers
+from r1kit.training.weightsync import Unsupported, iter_layer_weights, lora_layers
 from tests.sharded_weights_worker import tiny_lora_model
 
 REPO = Path(__file__).resolve().parents[1]

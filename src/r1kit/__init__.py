@@ -1,7 +1,7 @@
 """r1kit: train reasoning language models with GRPO from a YAML recipe, on TRL.
 
-Importing `r1kit` is cheap: it imports neither torch nor TRL. Use the modules: `r1kit.config`, `r1kit.data`,
-`r1kit.modeling`, `r1kit.rewards`, `r1kit.grpo`.
+Importing `r1kit` is cheap: it imports neither torch nor TRL. Use the modules: `r1kit.config`, `r1kit.loading.data`,
+`r1kit.loading.modeling`, `r1kit.rewards`, `r1kit.grpo`.
 """
 
 __version__ = "0.1.0"

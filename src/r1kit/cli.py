@@ -35,7 +35,7 @@ COMMANDS = {  # name: (module, one line for the usage)
     "probe-rewards": ("r1kit.probes", "score replies that deserve nothing with a recipe's rewards, and the gold:\n"
                       "                 r1kit probe-rewards --config RECIPE"),
     "vllm-serve": ("r1kit.vllm_serve", "a vLLM server for vllm_mode: server, on CPU too: r1kit vllm-serve --model MODEL"),
-    "launch": ("r1kit.launch", "several processes with r1kit's exit codes: r1kit launch torchrun --nproc_per_node 8 "
+    "launch": ("r1kit.launching.launch", "several processes with r1kit's exit codes: r1kit launch torchrun --nproc_per_node 8 "
                "-m r1kit grpo ...\n                 (or r1kit grpo --world-size N on this machine)"),
     "keys": ("r1kit.config.keys", "every recipe key with its type, default and one line: r1kit keys [grpo|sft] [WORD]"),
     "report": ("r1kit.report", "draw a run's curves: r1kit report OUTPUT_DIR (writes OUTPUT_DIR/report.png)"),

@@ -119,11 +119,30 @@ def run_module(name: str, add_parser: Callable, argv: list[str] | None = None) -
     command.prog = parser.prog
     if name in TRAINING_COMMANDS:
         hold_command_signals()
-    return with_outcome(one_line_errors(lambda: _run_parsed(command, argv)))
+    return leave_as_worker(with_outcome(one_line_errors(lambda: _run_parsed(command, argv))))
+
+
+def leave_as_worker(code: int) -> int:
+    """`code`, for `sys.exit`; but a worker of a multi-process launch (`python -m r1kit ...` under torchrun or
+    accelerate, WORLD_SIZE > 1), its command ended and its group released, runs Python's exit handlers, flushes and
+    exits at once: the interpreter's own teardown can still abort it afterwards ("terminate called without an active
+    exception", SIGABRT from a native thread a distributed back end left: the ZeRO-3 SFT run on 2 CPU ranks, once in
+    two full test runs under load, after `release_process_group`), turning its 0, 3 or 75 into -6."""
+    if int(os.environ.get("WORLD_SIZE", "1") or 1) <= 1 or "torch" not in sys.modules:
+        return code
+    import atexit
+
+    atexit._run_exitfuncs()  # logging's shutdown, trackers' finish: everything Python would have run
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
 
 
 def hold_command_signals() -> None:
-    """A training command's own SIGTERM/SIGINT handling, around the run's (`r1kit.lifecycle.Lifecycle`, which takes
+    """A training command's own SIGTERM/SIGINT handling, around the run's (`r1kit.run.lifecycle.Lifecycle`, which takes
     them from `begin` until the run ends, then hands them back: `after_run`). Before the run: stop at once, exit 75
     (nothing trained, nothing to save). After it: ignored, so that a second SIGTERM arriving while the process exits
     (a launcher passing Slurm's on, just after the save) cannot turn its code (75, 3 or 0) into -15."""

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from r1kit.benchmarks import NAMES, OPEN_R1, REGISTRY, question_texts
+from r1kit.benchmarking.benchmarks import NAMES, OPEN_R1, REGISTRY, question_texts
 from r1kit.console import run_module
 from r1kit.errors import ConfigError
 
@@ -92,7 +92,7 @@ class QuestionSet:
 
 def load_benchmark_questions(name: str, field_name: str = "--benchmarks") -> QuestionSet:
     """The questions of a built-in benchmark or of a local .jsonl file of one of the schemas `r1kit evaluate` reads
-    (`r1kit.benchmarks.question_texts`). Raises a `ConfigError` naming `field_name`."""
+    (`r1kit.benchmarking.benchmarks.question_texts`). Raises a `ConfigError` naming `field_name`."""
     if name in REGISTRY and REGISTRY[name].dataset:
         logger.info("Loading benchmark %s (%s)", name, REGISTRY[name].dataset)
     try:
@@ -151,7 +151,7 @@ def find_contaminated(texts, index: NgramIndex, total: int | None = None) -> dic
     with a progress bar when there are many."""
     from tqdm.auto import tqdm
 
-    from r1kit.data import SMALL_ROWS  # deferred: trl
+    from r1kit.loading.data import SMALL_ROWS  # deferred: trl
 
     found = {}
     bar = tqdm(texts, total=total, desc="Decontaminating", unit=" rows", disable=(total or 0) < SMALL_ROWS)
@@ -222,7 +222,7 @@ def load_training_split(name: str, split: str, config: str | None = None):
     """The `split` of a Hub id, a local data file or folder, or a `save_to_disk` dataset, as one `Dataset`."""
     from datasets import DatasetDict
 
-    from r1kit.data import load_source  # deferred: trl
+    from r1kit.loading.data import load_source  # deferred: trl
 
     if not Path(os.path.expanduser(name)).exists():  # a Hub id: fetch only the split asked for
         return load_source(name, config, split, field="--dataset")
@@ -255,7 +255,7 @@ def check_output(output: str, dataset: str) -> Path:
 def write_output(kept, report: dict, out: Path, split: str, fmt: str) -> None:
     from datasets import DatasetDict
 
-    from r1kit.data import SMALL_ROWS, progress_bars  # deferred: trl
+    from r1kit.loading.data import SMALL_ROWS, progress_bars  # deferred: trl
 
     out.mkdir(parents=True, exist_ok=True)
     with progress_bars(len(kept) >= SMALL_ROWS):

@@ -3,8 +3,8 @@
     r1kit evaluate --model PATH --benchmarks math_500,humaneval,my_eval.jsonl [--num-samples K] [--output-dir DIR]
     python -m r1kit.evaluation ...   (what the `evaluate_benchmarks` callback launches per checkpoint)
 
-The benchmarks, their rows and judges are `r1kit.benchmarks`; sampling is `r1kit.generation`; the judges are
-`r1kit.judges`. Held-out accuracy during training is `r1kit.heldout`.
+The benchmarks, their rows and judges are `r1kit.benchmarking.benchmarks`; sampling is `r1kit.benchmarking.generation`; the judges are
+`r1kit.benchmarking.judges`. Held-out accuracy during training is `r1kit.benchmarking.heldout`.
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ import sys
 from pathlib import Path
 
 from r1kit import records
-from r1kit.benchmarks import NAMES, check_names, get
+from r1kit.benchmarking.benchmarks import NAMES, check_names, get
+from r1kit.benchmarking.generation import sample_n
+from r1kit.benchmarking.heldout import chat_prompts
 from r1kit.console import run_module
 from r1kit.errors import ConfigError
-from r1kit.generation import sample_n
-from r1kit.heldout import chat_prompts
 
 logger = logging.getLogger(__name__)
 
@@ -118,8 +118,8 @@ def add_parser(subparsers):
 def run(args) -> int:
     """`r1kit evaluate`: checks the options, the model and the benchmark names, then evaluates and writes the
     results."""
-    from r1kit.modeling import check_source as check_model_source  # deferred: trl
-    from r1kit.preflight import check_output_dir  # deferred: trl
+    from r1kit.loading.modeling import check_source as check_model_source  # deferred: trl
+    from r1kit.run.preflight import check_output_dir  # deferred: trl
 
     benchmarks = [b for b in args.benchmarks.split(",") if b]
     if not benchmarks:

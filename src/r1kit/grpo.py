@@ -11,8 +11,8 @@
 
 SIGTERM or SIGINT during training ends the step, saves a checkpoint and exits 75 (interrupted, resumable: the same
 command continues); a tripwire's stop exits 3 and the run stays stopped; rerunning a completed run does nothing
-(exit 0) unless max_steps was raised (see `r1kit.lifecycle`). A resume compares the recipe with the checkpoint's
-(`r1kit.contract`: what may change, and what happens).
+(exit 0) unless max_steps was raised (see `r1kit.run.lifecycle`). A resume compares the recipe with the checkpoint's
+(`r1kit.state.contract`: what may change, and what happens).
 
 Launch it any of these ways (the first three give r1kit's exit codes: 0, 75, 3, 2 or 1):
     r1kit grpo --config recipe.yaml
@@ -33,25 +33,33 @@ import sys
 from datasets import DatasetDict
 from transformers.trainer_callback import ProgressCallback
 
-from r1kit import data, launch, preflight, probes
-from r1kit import run as runs
-from r1kit.callbacks import CompactProgressCallback, EvaluateBenchmarksCallback, HeldOutAccuracyCallback, get_callbacks
+from r1kit import probes
+from r1kit.benchmarking.callbacks import (
+    CompactProgressCallback,
+    EvaluateBenchmarksCallback,
+    HeldOutAccuracyCallback,
+    get_callbacks,
+)
 from r1kit.config.keys import usage
 from r1kit.config.recipe import DEFAULT_RECIPE, GRPO_TYPES, loader_variables_line, run_recipe_command
 from r1kit.config.schema import GRPOConfig, GRPOScriptArguments, ModelConfig
 from r1kit.console import add_pass_through_command
 from r1kit.errors import ConfigError
-from r1kit.lifecycle import RunStopped
+from r1kit.integrity.rewardtap import CompletionsRecorder
+from r1kit.integrity.second_opinion import SecondOpinion
+from r1kit.integrity.tripwires import IdenticalCompletions, Tripwires, parse_tripwires
+from r1kit.launching import launch
+from r1kit.launching.sharding import describe as describe_sharding
+from r1kit.loading import data
+from r1kit.loading.modeling import get_model, get_peft_config, get_tokenizer
 from r1kit.machine import vllm_is_cpu_build
-from r1kit.modeling import get_model, get_peft_config, get_tokenizer
 from r1kit.rewards import get_reward_funcs
-from r1kit.rewardtap import CompletionsRecorder
-from r1kit.second_opinion import SecondOpinion
-from r1kit.sharding import describe as describe_sharding
-from r1kit.tools import ToolLimits, check_tool_template
-from r1kit.tools import build as build_tools_for_trl
-from r1kit.trainer import R1Trainer
-from r1kit.tripwires import IdenticalCompletions, Tripwires, parse_tripwires
+from r1kit.run import pipeline as runs
+from r1kit.run import preflight
+from r1kit.run.lifecycle import RunStopped
+from r1kit.training.tools import ToolLimits, check_tool_template
+from r1kit.training.tools import build as build_tools_for_trl
+from r1kit.training.trainer import R1Trainer
 from r1kit.vllm_front import client_line
 
 logger = logging.getLogger(__name__)
@@ -163,7 +171,7 @@ def build_trainer(script_args: GRPOScriptArguments, training_args: GRPOConfig, m
 
 
 def build_tools(script_args: GRPOScriptArguments, tokenizer) -> tuple[list, type | None]:
-    """The recipe's `tools` and `environment` for TRL (`r1kit.tools`); a chat template that cannot render a tool
+    """The recipe's `tools` and `environment` for TRL (`r1kit.training.tools`); a chat template that cannot render a tool
     conversation is refused in one line, naming one that can."""
     if not script_args.uses_tools:
         return [], None

@@ -33,14 +33,16 @@ from pathlib import Path
 from datasets import Dataset
 from tqdm.auto import tqdm
 
-from r1kit import data, preflight, records
+from r1kit import records
+from r1kit.benchmarking.generation import Sampler, load_sampler
 from r1kit.config.recipe import run_recipe_command
 from r1kit.config.schema import GRPOConfig, GRPOScriptArguments, ModelConfig, PassRateArguments
 from r1kit.console import add_pass_through_command
 from r1kit.errors import ConfigError
-from r1kit.generation import Sampler, load_sampler
-from r1kit.modeling import get_model, get_tokenizer, resolve_model_path
+from r1kit.loading import data
+from r1kit.loading.modeling import get_model, get_tokenizer, resolve_model_path
 from r1kit.rewards import get_reward_funcs
+from r1kit.run import preflight
 
 logger = logging.getLogger(__name__)
 PASS_RATE_TYPES = (GRPOScriptArguments, GRPOConfig, ModelConfig, PassRateArguments)

@@ -8,7 +8,7 @@ row column as a keyword list, `completion_ids` one per character):
 
     generic probes     empty, prompt_echo, format_only, hedge, outside, huge, lookalike
     copy probes        premise, premises, first_quote, numbers, last_sentence: answers built from the question
-                       without solving it (`r1kit.copies`): each statement, their conjunction, the first quoted
+                       without solving it (`r1kit.judging.copies`): each statement, their conjunction, the first quoted
                        statement, the numbers in order, the last sentence
     code probes        exit0, print_expected, always_equal, infinite_loop, read_tests   (code, binary_code)
     the other way      gold: the row's gold answer in the expected format must earn full marks
@@ -35,11 +35,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from r1kit import data
 from r1kit.config.recipe import DEFAULT_RECIPE, GRPO_TYPES, run_recipe_command
 from r1kit.console import add_pass_through_command, run_module
 from r1kit.errors import ConfigError
-from r1kit.probe_replies import (
+from r1kit.integrity.probe_replies import (
     CODE,
     COPY,
     GENERIC,
@@ -52,6 +51,7 @@ from r1kit.probe_replies import (
     generic_reply,
     row_gold,
 )
+from r1kit.loading import data
 from r1kit.rewards import get_reward_funcs
 from r1kit.rewards.competitive import cf_score
 from r1kit.rewards.gym import check_gym_scoring

@@ -16,11 +16,12 @@ import math
 import sys
 from pathlib import Path
 
-from r1kit import records, tripwires
-from r1kit.checkpoints import read_run_record
+from r1kit import records
 from r1kit.console import add_pass_through_command
-from r1kit.lifecycle import lock_held
-from r1kit.tripwires import DEFAULT_WIRES
+from r1kit.integrity import tripwires
+from r1kit.integrity.tripwires import DEFAULT_WIRES
+from r1kit.run.lifecycle import lock_held
+from r1kit.state.checkpoints import read_run_record
 
 
 def newest_state(output_dir: Path) -> tuple[Path, dict] | None:
@@ -264,7 +265,7 @@ def table(history: list[dict], heldout: list[dict], rows: int = 10) -> str:
 
 def pass_lines(output_dir: Path) -> list[str]:
     """The training pass the run measured and took per batch shape (`training_pass.json`, written by
-    r1kit.passchoice), one line each; none when the run measured nothing."""
+    r1kit.training.passchoice), one line each; none when the run measured nothing."""
     path = output_dir / "training_pass.json"
     try:
         record = json.loads(path.read_text()) if path.is_file() else {}

@@ -28,18 +28,21 @@ from typing import Any
 
 from datasets import Dataset
 
-from r1kit import data, launch, preflight, records
-from r1kit import run as runs
-from r1kit.callbacks import EvaluateBenchmarksCallback, HeldOutAccuracyCallback, get_callbacks
+from r1kit import records
+from r1kit.benchmarking.callbacks import EvaluateBenchmarksCallback, HeldOutAccuracyCallback, get_callbacks
 from r1kit.config.keys import usage
 from r1kit.config.recipe import SFT_TYPES, run_recipe_command
 from r1kit.config.schema import ModelConfig, SFTConfig, SFTScriptArguments
 from r1kit.console import add_pass_through_command
 from r1kit.errors import ConfigError
-from r1kit.lifecycle import RunStopped
-from r1kit.modeling import build_char_tokenizer, build_tiny_llama, get_model, get_peft_config, get_tokenizer
-from r1kit.tasks import addition_problems, sft_rows
-from r1kit.trainer import R1SFTTrainer
+from r1kit.launching import launch
+from r1kit.loading import data
+from r1kit.loading.modeling import build_char_tokenizer, build_tiny_llama, get_model, get_peft_config, get_tokenizer
+from r1kit.run import pipeline as runs
+from r1kit.run import preflight
+from r1kit.run.lifecycle import RunStopped
+from r1kit.sources.tasks import addition_problems, sft_rows
+from r1kit.training.trainer import R1SFTTrainer
 
 logger = logging.getLogger(__name__)
 CHATML = ("{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>'"
@@ -85,7 +88,7 @@ def build_or_load(script_args: SFTScriptArguments, model_args, training_args):
 
 
 # --------------------------------------------------------------------------------------------------------------------
-# The run: the shared skeleton (r1kit.run) around TRL's SFTTrainer
+# The run: the shared skeleton (r1kit.run.pipeline) around TRL's SFTTrainer
 # --------------------------------------------------------------------------------------------------------------------
 def pipeline(script_args: SFTScriptArguments, training_args: SFTConfig, model_args: ModelConfig) -> dict:
     """Runs an SFT recipe end to end; returns the summary (steps, seconds, metrics, held-out accuracy)."""

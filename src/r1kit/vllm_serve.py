@@ -24,9 +24,9 @@ import os
 import subprocess
 import sys
 
+from r1kit.benchmarking.generation import checkpoint_dtype
 from r1kit.console import add_pass_through_command, error, run_module, say
 from r1kit.credentials import vllm_secret
-from r1kit.generation import checkpoint_dtype
 from r1kit.machine import installed, vllm_is_cpu_build
 from r1kit.vllm_front import MIDDLEWARE, check_binding
 

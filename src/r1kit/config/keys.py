@@ -21,7 +21,6 @@ import textwrap
 from importlib import metadata
 from pathlib import Path
 
-from r1kit import launch
 from r1kit.config.command import (
     DEFAULT_RECIPE,
     check_choice,
@@ -34,6 +33,7 @@ from r1kit.config.compat import KEY_MIGRATIONS
 from r1kit.console import show
 from r1kit.errors import ConfigError
 from r1kit.hub import relative_to_cwd
+from r1kit.launching import launch
 from r1kit.rewards import check_reward_names
 
 CATALOGUE_FILE = Path(__file__).with_name("keys.json")

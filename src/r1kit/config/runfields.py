@@ -11,11 +11,11 @@ from typing import Any, Literal
 
 from r1kit.config.checks import check_chat_template, check_literal_fields, check_range
 from r1kit.config.command import check_choice
-from r1kit.contract import ResumeFields
 from r1kit.credentials import SealedFields
 from r1kit.errors import ConfigError, ConfigWarning
+from r1kit.launching.sharding import apply_launch_defaults
 from r1kit.machine import has_cuda, installed
-from r1kit.sharding import apply_launch_defaults
+from r1kit.state.contract import ResumeFields
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -32,7 +32,7 @@ def apply_machine_defaults(args: Any) -> None:
       `activation_checkpointing` keeps `gradient_checkpointing` as it is.
     - no pinned memory without a GPU: torch can only warn that it has nothing to pin to.
     - on several ranks without a GPU, `use_cpu` / `ddp_backend` such that accelerate forms the group and shards as
-      launched (`r1kit.sharding.apply_launch_defaults`; what changed is kept in `r1kit_launch_changes`).
+      launched (`r1kit.launching.sharding.apply_launch_defaults`; what changed is kept in `r1kit_launch_changes`).
     """
     has_gpu = has_cuda()
     if args.bf16 is None:
@@ -95,7 +95,7 @@ class RunFields(ResumeFields, SealedFields):  # (to_dict never writes a sealed s
 
     Args:
         benchmarks (`list[str]`, defaults to `[]`): benchmarks evaluated on each checkpoint by `evaluate_benchmarks`.
-        callbacks (`list[str]`, defaults to `[]`): callback names (see `r1kit.callbacks`).
+        callbacks (`list[str]`, defaults to `[]`): callback names (see `r1kit.benchmarking.callbacks`).
         chat_template (`str` or `None`, defaults to `None`): Jinja template replacing the tokenizer's (SFT: ChatML
             when the tokenizer has none, as Open-R1's sft.py does).
         system_prompt (`str` or `None`, defaults to `None`): system message prepended to every GRPO prompt and to
@@ -104,7 +104,7 @@ class RunFields(ResumeFields, SealedFields):  # (to_dict never writes a sealed s
         push_to_hub_revision (`bool`, defaults to `False`): refuse to start if the revision already has content.
         overwrite_hub_revision (`bool`, defaults to `False`): allow overwriting an existing revision.
         wandb_entity / wandb_project / wandb_run_group (`str` or `None`): exported as `WANDB_*` variables.
-        resume, resume_without_optimizer, resume_changes, resume_after_stop: see `r1kit.contract.ResumeFields`.
+        resume, resume_without_optimizer, resume_changes, resume_after_stop: see `r1kit.state.contract.ResumeFields`.
         benchmark_num_samples (`int`, defaults to `1`): `evaluate_benchmarks` samples per problem (pass@1 averages).
         benchmark_max_new_tokens (`int` or `None`, defaults to `None`): `evaluate_benchmarks` generation length
             (default: `max_completion_length` for GRPO, 512 for SFT).

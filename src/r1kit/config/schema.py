@@ -7,7 +7,7 @@
 A rule that one dataclass can check by itself (a range, a choice, an ordering, a field another field needs) lives in
 its `__post_init__`, so it holds however the dataclass is built. Closed sets r1kit owns are `Literal` types (the
 parser lists their choices); sets TRL owns are read from TRL (`trl_choices`). Rules that need another object, the
-data, the machine or a stage's registry are the pre-flight's (`r1kit.preflight`). Reading YAML and the command line
+data, the machine or a stage's registry are the pre-flight's (`r1kit.run.preflight`). Reading YAML and the command line
 into these classes is `r1kit.config.recipe`'s job; Open-R1's renamed keys and moved defaults are `r1kit.config.compat`'s.
 """
 
@@ -47,16 +47,16 @@ from r1kit.config.runfields import (  # noqa: F401 (read from here too)
 from r1kit.config.toolfields import ToolFields
 from r1kit.config.yaml_limits import load_yaml
 from r1kit.errors import ConfigError
+from r1kit.integrity.second_opinion import KINDS
+from r1kit.integrity.tripwires import parse_tripwires
 from r1kit.rewards.competitive import IoiProviderName, ScoringMode
 from r1kit.rewards.format import RepetitionLanguage, check_repetition_params
 from r1kit.rewards.gym import AnswerMode
 from r1kit.rewards.math import check_cosine_bounds
 from r1kit.rewards.verify import DEFAULT_TIMEOUT
 from r1kit.sandbox import ProviderName
-from r1kit.second_opinion import KINDS
-from r1kit.tripwires import parse_tripwires
 
-TRAINING_PASSES = ("auto", "dense", "bucketed", "packed", "packed_flex")  # r1kit.passchoice
+TRAINING_PASSES = ("auto", "dense", "bucketed", "packed", "packed_flex")  # r1kit.training.passchoice
 
 # --------------------------------------------------------------------------------------------------------------------
 # GRPO: data and rewards
@@ -260,7 +260,7 @@ class GRPOConfig(RunFields, trl.GRPOConfig):
             `true` on a machine without a GPU becomes fp32 with a warning.
         dynamic_sampling (`bool`, defaults to `False`): drop prompt groups whose rewards are all equal (no
             advantage, no gradient) and generate for more prompts until the step's batch holds only groups with
-            signal (DAPO's dynamic sampling); see `r1kit.trainer`.
+            signal (DAPO's dynamic sampling); see `r1kit.training.trainer`.
         dynamic_sampling_max_rounds (`int`, defaults to `4`): generation rounds per generation batch, the first
             included; when they run out the batch trains on the groups with signal it has, the empty places masked
             out of the loss.
@@ -282,7 +282,7 @@ class GRPOConfig(RunFields, trl.GRPOConfig):
             rows and splits its rows into buckets of similar completion length, each padded only to its own
             longest; same log-probabilities, entropies, loss and gradients as TRL's dense pass. Leading padding goes
             only for models that number positions by column (Llama, Mistral, Qwen2/3, GPT-2); a micro-batch with
-            images or token types stays dense (said once). See `r1kit.trainpass`.
+            images or token types stays dense (said once). See `r1kit.training.trainpass`.
         shared_prompt_pass (`bool`, defaults to `True`): in the same passes, each distinct prompt of a micro-batch
             is computed once and its completions attend to its keys and values (the prompt's activations get the
             sum of its completions' gradients, as in the dense pass). Needs a model that numbers positions by column
@@ -290,17 +290,17 @@ class GRPOConfig(RunFields, trl.GRPOConfig):
             active, for MoE auxiliary losses and for multimodal batches.
         training_pass (`str`, defaults to `"auto"`): which exact pass scores the micro-batches. `auto` measures the
             candidates on the device the run is on, per batch shape, in the first steps, and keeps the fastest
-            (`r1kit.passchoice`; OUTPUT_DIR/training_pass.json): `dense` (TRL's), `bucketed` (length buckets and the
-            shared prompt's key/value cache, `r1kit.trainpass`), `packed` (one row per micro-batch, no padding, each
-            prompt once, through an SDPA mask, `r1kit.packing`) and, on CUDA, `packed_flex` (the same through a
+            (`r1kit.training.passchoice`; OUTPUT_DIR/training_pass.json): `dense` (TRL's), `bucketed` (length buckets and the
+            shared prompt's key/value cache, `r1kit.training.trainpass`), `packed` (one row per micro-batch, no padding, each
+            prompt once, through an SDPA mask, `r1kit.training.packing`) and, on CUDA, `packed_flex` (the same through a
             FlexAttention block mask). Naming one takes it where it can run (TRL's dense pass otherwise, said so).
         second_opinion_samples (`int`, defaults to `4`): completions per reward and per training batch judged again
-            by an independent judge, never the reward's scorer (`r1kit.independent`; math: a parser and evaluator of
+            by an independent judge, never the reward's scorer (`r1kit.integrity.independent`; math: a parser and evaluator of
             its own; code: a fresh jail, tests in reverse order or the prompt's examples; reasoning_gym: the answer
             re-verified on twins of its question and on the question stripped to one premise), drawn on the main
             process, weighted toward high rewards; logs `second_opinion/<reward>/disagreement`, `unchecked`,
             `judge_correct`, `reward_correct` and writes disagreeing rows to `OUTPUT_DIR/second_opinion.jsonl`. 0
-            turns it off. See `r1kit.second_opinion`.
+            turns it off. See `r1kit.integrity.second_opinion`.
         second_opinion_kinds (`dict[str, str]` or `None`, defaults to `None`): rewards of `reward_funcs` without a
             second opinion of their own (a `module:function`) checked as a kind: `math` (reads `solution`), `code`
             (`verification_info`) or `reasoning_gym` (`reasoning_gym`).
@@ -308,7 +308,7 @@ class GRPOConfig(RunFields, trl.GRPOConfig):
             `length_blowup`, `length_collapse`, `collapse`, `disagreement`, `drift`, `unchecked`) any of `threshold`
             (`float`), `window`
             (`int`, steps) and `action` (`warn`, `stop` or `rollback`), over the defaults of
-            `r1kit.tripwires.DEFAULT_WIRES` (every wire `warn`). `{}` or `None`: the defaults.
+            `r1kit.integrity.tripwires.DEFAULT_WIRES` (every wire `warn`). `{}` or `None`: the defaults.
         tripwires_enabled (`bool`, defaults to `True`): measure and log the tripwires at all.
         tripwire_lr_factor (`float`, defaults to `0.5`): each `rollback` continues from its checkpoint with the
             learning rate multiplied by this, in (0, 1].
@@ -318,7 +318,7 @@ class GRPOConfig(RunFields, trl.GRPOConfig):
             per process: a copy of the policy under transformers, the colocated vLLM engine, or a client of the vLLM
             server). The loss corrects for the older sampler with TRL's truncated importance weights
             (`vllm_importance_sampling_*`; per token, truncated, unless the recipe sets the mode). See
-            `r1kit.rollouts` and docs/async-rollouts.md.
+            `r1kit.training.rollouts` and docs/async-rollouts.md.
         max_staleness (`int`, defaults to `1`): optimizer steps a batch's weights may lag the trainer's when it is
             trained; an older batch is dropped, counted (`rollouts/stale_dropped`) and generated again. The producer
             reads `max_staleness - weight_sync_steps + 1` generation batches ahead.

@@ -1,4 +1,4 @@
-"""The recipe's tool-use keys (`r1kit.tools`), a part of `GRPOScriptArguments`. The number of turns is TRL's own
+"""The recipe's tool-use keys (`r1kit.training.tools`), a part of `GRPOScriptArguments`. The number of turns is TRL's own
 `max_tool_calling_iterations` (a `GRPOConfig` key)."""
 
 from __future__ import annotations

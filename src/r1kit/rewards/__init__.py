@@ -20,7 +20,7 @@ from typing import Any
 
 from r1kit.errors import ConfigError
 
-# A reward function's attribute naming the dataset columns it judges rows by (`r1kit.unjudged`); a user's reward
+# A reward function's attribute naming the dataset columns it judges rows by (`r1kit.integrity.rewardtap`); a user's reward
 # may set it too: `my_reward.r1kit_columns = ("verification_info",)`.
 COLUMNS_ATTRIBUTE = "r1kit_columns"
 Fields = Mapping[str, str | tuple[str, ...]]  # factory parameter -> recipe field (or fields, the first set one wins)

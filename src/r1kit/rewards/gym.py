@@ -21,7 +21,7 @@ question's gold does (one answer for every row; a hedge such as "False True" tha
 row). Strict (`strict`, the default; recipe `reasoning_gym_strict`): only full marks pay (1.0), everything else
 scores 0: reasoning-gym's default scorer pays `len(gold) / len(answer)` to any answer that contains the gold, so a
 hedge of candidates earned partial credit on 33 generators, and similarity scorers pay a copied grid or string most of
-its marks; an answer copied from the question (`r1kit.copies`: a premise, their conjunction, the first quoted
+its marks; an answer copied from the question (`r1kit.judging.copies`: a premise, their conjunction, the first quoted
 statement, the numbers in order, the last sentence) that is not the gold scores 0 (knights_knaves paid its first
 quoted statement full marks); a conclusion one premise alone gives, or that restates several premises together,
 scores 0 where the question lists its premises (propositional_logic), and a question whose premises contradict each
@@ -47,13 +47,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from r1kit.copies import is_copy
 from r1kit.credentials import without_secrets
 from r1kit.errors import ConfigError
-from r1kit.gym_data import UnfaithfulRecord, decode_record, encode_value, is_gym_source, is_number
+from r1kit.judging.copies import is_copy
 from r1kit.rewards.text import last_answer_block, log_once, per_sample, texts
 from r1kit.rewards.verify import DEFAULT_TIMEOUT
 from r1kit.sandbox import jail
+from r1kit.sources.gym_data import UnfaithfulRecord, decode_record, encode_value, is_gym_source, is_number
 
 logger = logging.getLogger(__name__)
 

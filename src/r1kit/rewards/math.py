@@ -4,7 +4,7 @@ All three judge correctness the same way (`r1kit.rewards.verify`), so a gold tha
 all three score an unparseable gold `None` and count it in `rewards/<name>/unparseable_gold`.
 
 An answer that restates the question's computation instead of its result (`<answer>499+296</answer>` for `499+296=`:
-`r1kit.copies.restates_question`) is wrong, though math-verify evaluates it to the gold: copying the question into
+`r1kit.judging.copies.restates_question`) is wrong, though math-verify evaluates it to the gold: copying the question into
 the answer is a rule that pays on every row. Counted in `rewards/<name>/copied`.
 """
 
@@ -14,9 +14,9 @@ import math
 from collections.abc import Callable
 from itertools import groupby
 
-from r1kit.answers import all_boxed, last_answer
-from r1kit.copies import question_text, restates_question
 from r1kit.errors import ConfigError
+from r1kit.judging.answers import all_boxed, last_answer
+from r1kit.judging.copies import question_text, restates_question
 from r1kit.rewards.text import per_sample, texts
 from r1kit.rewards.verify import CORRECT, DEFAULT_TIMEOUT, TIMEOUT, UNPARSEABLE_GOLD, WRONG, get_pool, judge_batch
 

@@ -201,7 +201,7 @@ DECODERS = {"tuple": tuple, "set": set, "frozenset": frozenset, "dict": lambda p
 
 
 def decode_value(value):
-    """`json.loads`'s object_hook: r1kit's tagged objects back to tuples, sets and dicts (r1kit.gym_data's
+    """`json.loads`'s object_hook: r1kit's tagged objects back to tuples, sets and dicts (r1kit.sources.gym_data's
     `encode_value` writes them; the scorers compare them, arc_agi's grids are tuples)."""
     if isinstance(value, dict) and value.get(TYPE_TAG) in DECODERS and set(value) == {TYPE_TAG, "items"}:
         if isinstance(value["items"], list):

@@ -1,4 +1,4 @@
-"""Judges a HumanEval candidate inside the sandbox (standard library only; `r1kit.judges.humaneval_program`
+"""Judges a HumanEval candidate inside the sandbox (standard library only; `r1kit.benchmarking.judges.humaneval_program`
 appends `main(SPEC)` to this file's text and runs it as the program).
 
 The candidate runs in a fresh interpreter of its own (never forked from here, so it holds no copy of the tests);
