@@ -20,6 +20,18 @@ def _isolated_cache(tmp_path_factory):
     os.environ["R1KIT_CACHE"] = str(tmp_path_factory.mktemp("r1kit_cache"))
 
 
+@pytest.fixture(autouse=True)
+def _environment_left_as_found():
+    """A command under test applies its recipe's env block to os.environ, as it must for the run it starts; the
+    next test in the same worker must not inherit it (an LD_PRELOAD one test set once broke every subprocess after
+    it). monkeypatch restores only what it saw change."""
+    before = dict(os.environ)
+    yield
+    if dict(os.environ) != before:
+        os.environ.clear()
+        os.environ.update(before)
+
+
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> Path:
     """A ~100 k-parameter Llama with a character-level tokenizer and chat template, saved to a folder."""
