@@ -97,32 +97,29 @@ def test_colocated_vllm_trains_with_dynamic_sampling_and_a_resumed_run_loads_the
     assert {r["step"] for r in rows} == {1, 2, 3, 4}
 
 
-def evaluate_with_vllm(tmp_path: Path, model: Path, limit: int = 4) -> dict:
+def evaluate_with_vllm(tmp_path: Path, model: Path, limit: int = 4, *flags: str) -> dict:
     """`r1kit evaluate` on the addition benchmark in a process of its own; asserts vLLM generated; the metrics."""
     env = process_env()
     out = tmp_path / f"eval-{model.name}"
     evaluated = subprocess.run([sys.executable, "-m", "r1kit.evaluation", "--model", str(model), "--benchmarks",
-                                "addition", "--limit", str(limit), "--max-new-tokens", "8", "--output-dir", str(out)],
-                               cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+                                "addition", "--limit", str(limit), "--max-new-tokens", "8", "--output-dir", str(out),
+                                *flags], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert evaluated.returncode == 0, evaluated.stderr[-3000:]
     assert "Generating with vLLM" in evaluated.stderr, evaluated.stderr[-3000:]
     return json.loads((out / "addition.json").read_text())["metrics"]
 
 
-def test_a_lora_run_leaves_a_folder_vllm_loads_and_pass_rate_generates_with_vllm(tmp_path, vllm_model_dir, flat_data):
+def test_a_lora_run_leaves_a_folder_vllm_loads_and_samples_from(tmp_path, vllm_model_dir, flat_data):
+    """The merged folder a LoRA run leaves (not the adapter) loads in vLLM, which samples several completions a
+    problem from it. `r1kit evaluate` and `r1kit pass-rate` generate through the same sampler
+    (r1kit.benchmarking.generation.load_sampler), so one command's run proves both reach vLLM; each command's own
+    logic is tested without it (test_evaluation, test_pass_rate)."""
     out = tmp_path / "trained"
     grpo(tmp_path, vllm_model_dir, flat_data, out, max_steps=1, use_peft=True, lora_r=4, lora_target_modules=["q_proj", "v_proj"])
-    assert evaluate_with_vllm(tmp_path, out, limit=8)["n"] == 8  # the merged model, not the adapter
-    env = process_env()
-    recipe = write_recipe(tmp_path, model_name_or_path=str(out), dataset_name=str(flat_data),
-                          dataset_prompt_column="problem", reward_funcs=["accuracy"], num_generations=4,
-                          max_completion_length=8, dataset_end_index=8, output_dir=str(tmp_path / "rates"),
-                          report_to="none")
-    scored = subprocess.run([sys.executable, "-m", "r1kit.pass_rate", "--config", str(recipe)], cwd=ROOT, env=env,
-                            capture_output=True, text=True, timeout=600)
-    assert scored.returncode == 0, scored.stderr[-3000:]
-    assert "Generating with vLLM" in scored.stderr, scored.stderr[-3000:]
-    assert json.loads((tmp_path / "rates" / "pass_rate_summary.json").read_text())["rows"] == 8
+    metrics = evaluate_with_vllm(tmp_path, out, 8, "--num-samples", "4", "--temperature", "1.0")
+    assert metrics["n"] == 8 and metrics["num_samples"] == 4 and "pass@4" in metrics
+    samples = json.loads((tmp_path / "eval-trained" / "addition.json").read_text())["samples"]
+    assert len(samples) == 8 and all(len(s["completions"]) == 4 for s in samples)
 
 
 HELDOUT_CHECK = """
