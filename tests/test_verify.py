@@ -308,6 +308,29 @@ def test_a_gold_that_is_a_relation_is_judged_as_one(gold, right, wrong):
     assert judge(gold, f"<answer>{right[0]}</answer>") == CORRECT
 
 
+@pytest.mark.parametrize(("gold", "right", "wrong"), [
+    (r"2\sqrt{3}", [r"2\sqrt{3}", r"\sqrt{12}"], ["2", "3", r"\sqrt{3}"]),
+    (r"3\pi", [r"3\pi", r"\pi \cdot 3"], ["3", r"\pi"]),
+    (r"\sqrt{2}", [r"\sqrt{2}", r"2^{1/2}"], ["2", "1"]),
+    (r"\frac{\sqrt{3}}{2}", [r"\frac{\sqrt{3}}{2}", r"\sqrt{3}/2"], ["3", "2", r"\sqrt{3}"]),
+    (r"\dfrac{3}{4}", [r"\frac{3}{4}", "0.75"], ["3", "4"]),
+    (r"\pi", [r"\pi"], ["3", "3.14"]),
+    (r"e^{2}", ["e^2", r"e^{2}"], ["2", "e"]),
+    (r"x^2+1", ["x^2+1", "1+x^2"], ["2", "1", "x^2"]),
+    (r"10^{6}", ["1000000", "10^6"], ["10", "6"]),
+    (r"[0, \infty)", [r"[0,\infty)"], ["0", r"(0,\infty)"]),
+])
+def test_a_latex_gold_without_delimiters_is_read_whole_not_by_its_first_number(gold, right, wrong):
+    """Datasets' answer columns hold LaTeX without `$` (`2\\sqrt{3}`): math-verify's plain reading of such a gold was
+    its leading number (so `\\boxed{2}` was paid and the right answer was not) or nothing (`\\sqrt{2}`)."""
+    from r1kit.rewards.verify import judge
+
+    for stated in right:
+        assert judge(gold, rf"\boxed{{{stated}}}") == CORRECT, (gold, stated)
+    for stated in wrong:
+        assert judge(gold, rf"\boxed{{{stated}}}") == WRONG, (gold, stated)
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.integers(-999, 999), st.integers(-999, 999), st.sampled_from(["=", r"\approx"]),
        st.sampled_from(list(SPELLINGS)), st.sampled_from(list(SPELLINGS)))

@@ -164,13 +164,23 @@ def _bare_relation(gold: str) -> bool:
             and any(ops for _, ops in relations(gold)))
 
 
+def _bare_latex(gold: str) -> bool:
+    """Whether `gold` is one LaTeX formula written without math delimiters (`2\\sqrt{3}`, `3\\pi`, `\\sqrt{2}`, as
+    datasets' answer columns hold them): math-verify's LaTeX reading needs delimiters, and its plain-expression reading
+    took the leading number (2 for `2\\sqrt{3}`, so that `\\boxed{2}` was paid and `\\boxed{2\\sqrt{3}}` was not) or
+    nothing at all (`\\sqrt{2}`, `x^2+1`, `10^{6}`). A command, a power or a brace makes it LaTeX; plain numbers keep
+    the plain reading."""
+    return (any(mark in gold for mark in ("\\", "^", "{")) and "\\boxed" not in gold
+            and not DELIMITERS.search(gold) and is_math(gold))
+
+
 @functools.lru_cache(maxsize=4096)
 def _parse_gold(gold: str, limit: int | None) -> list:
     """Parsed gold, cached: a GRPO batch holds each gold `num_generations` times."""
     from math_verify import parse
 
     text = join_digit_groups(gold)
-    if _bare_relation(gold):
+    if _bare_relation(gold) or _bare_latex(gold):
         parsed = parse(f"${text}$", extraction_config=_CONFIGS[0][:1], extraction_mode="first_match",
                        parsing_timeout=limit)
         if parsed and not isinstance(parsed[0], str):
