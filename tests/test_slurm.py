@@ -51,7 +51,9 @@ def wait_for(slurm: SlurmCluster, job: str, log: Path, ready, what: str, timeout
     def check():
         value = ready()
         if not value and (slurm.job(job).get("JobState") in ENDED or (failed and failed in tail(log, 10**6))):
-            pytest.fail(f"job {job} ({slurm.job(job).get('JobState')}) failed before {what}:\n{tail(log)}")
+            value = ready()  # the job may have reached the awaited state between the two reads (COMPLETING, COMPLETED)
+            if not value:
+                pytest.fail(f"job {job} ({slurm.job(job).get('JobState')}) failed before {what}:\n{tail(log)}")
         return value
     try:
         return slurm.wait(check, timeout, what)
