@@ -331,6 +331,20 @@ def test_a_latex_gold_without_delimiters_is_read_whole_not_by_its_first_number(g
         assert judge(gold, rf"\boxed{{{stated}}}") == WRONG, (gold, stated)
 
 
+@pytest.mark.slow
+def test_hostile_answers_and_pathological_golds_without_delimiters_stay_bounded_and_unpaid(pool):
+    """A gold read whole is not paid for a hedge of its reading and its old misreading, nor for an equation with the
+    misreading; a gold that would take sympy minutes (a power tower, a huge binomial) or that nests without end ends
+    within the per-sample limit and pays nothing."""
+    hedges = [r"\boxed{2\sqrt{3}, 2}", r"\boxed{2 \text{ or } 2\sqrt{3}}", r"\boxed{2\sqrt{3}=2}",
+              r"\boxed{\{2, 2\sqrt{3}\}}", r"\boxed{2} \boxed{2\sqrt{3}}", r"\boxed{x}"]
+    assert pool.map([(r"2\sqrt{3}", h) for h in hedges]) == [WRONG] * len(hedges)
+    pathological = ["10^{10^{10}}", "2^{2^{2^{2^{2^{2}}}}}", r"\binom{10^{9}}{10^{5}}", "{" * 5000,
+                    r"\sqrt{" * 500 + "2" + "}" * 500, "x^" * 2000 + "2"]
+    verdicts = pool.map([(gold, r"\boxed{1}") for gold in pathological])
+    assert all(v in (TIMEOUT, UNPARSEABLE_GOLD) for v in verdicts), verdicts
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.integers(-999, 999), st.integers(-999, 999), st.sampled_from(["=", r"\approx"]),
        st.sampled_from(list(SPELLINGS)), st.sampled_from(list(SPELLINGS)))

@@ -103,8 +103,7 @@ def test_env_names_must_be_variable_names_and_the_vllm_secret_never_comes_from_a
 
 def test_variables_that_change_how_code_loads_are_applied_and_named(monkeypatch, caplog):
     for name in ("LD_PRELOAD", "PYTHONPATH", "R1KIT_TEST_PLAIN"):
-        monkeypatch.setenv(name, "")  # recorded first, so that teardown restores (or removes) what apply_env sets
-        monkeypatch.delenv(name)
+        monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(recipes, "APPLIED_LOADER_VARIABLES", [])
     apply_env({"R1KIT_TEST_PLAIN": "1"})
     assert loader_variables_line() is None

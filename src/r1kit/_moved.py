@@ -9,6 +9,8 @@ import runpy
 import sys
 import warnings
 
+from r1kit.console import say
+
 MOVED = {  # old name -> new place (the modules a user's script or recipe is likely to import)
     "r1kit.trainer": "r1kit.training.trainer",
     "r1kit.tools": "r1kit.training.tools",
@@ -31,5 +33,5 @@ def run_as_command(old: str) -> None:
     """`python -m <old>`, a command the docs gave before the move: says where it went (stderr, one line) and runs the
     module at its new place as the command, with the same arguments."""
     new = MOVED[old]
-    print(f"python -m {old} moved to python -m {new} ({old} is removed in the next release)", file=sys.stderr, flush=True)
+    say(f"python -m {old} moved to python -m {new} ({old} is removed in the next release)")
     runpy.run_module(new, run_name="__main__", alter_sys=True)

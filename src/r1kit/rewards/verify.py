@@ -157,21 +157,13 @@ def final_answer_region(text: str, width: int = 200) -> str:
     return block[-width:] if block is not None else text[-width:]
 
 
-def _bare_relation(gold: str) -> bool:
-    """Whether `gold` is a relation written without math delimiters (`x \\le 3`): math-verify's plain-expression
-    reading would take its first number (3, and `y = 2x+1` as 2)."""
+def _undelimited_formula(gold: str) -> bool:
+    """Whether `gold` is one formula written without math delimiters that math-verify's plain-expression reading would
+    misread: a relation (`x \\le 3` read as 3, `y = 2x+1` as 2) or LaTeX (`2\\sqrt{3}` read as 2, so that `\\boxed{2}` was
+    paid and `\\boxed{2\\sqrt{3}}` was not; `\\sqrt{2}`, `x^2+1`, `10^{6}` not read at all), as datasets' answer
+    columns hold them. A command, a power or a brace makes it LaTeX; plain numbers keep the plain reading."""
     return ("\\boxed" not in gold and not DELIMITERS.search(gold) and is_math(gold)
-            and any(ops for _, ops in relations(gold)))
-
-
-def _bare_latex(gold: str) -> bool:
-    """Whether `gold` is one LaTeX formula written without math delimiters (`2\\sqrt{3}`, `3\\pi`, `\\sqrt{2}`, as
-    datasets' answer columns hold them): math-verify's LaTeX reading needs delimiters, and its plain-expression reading
-    took the leading number (2 for `2\\sqrt{3}`, so that `\\boxed{2}` was paid and `\\boxed{2\\sqrt{3}}` was not) or
-    nothing at all (`\\sqrt{2}`, `x^2+1`, `10^{6}`). A command, a power or a brace makes it LaTeX; plain numbers keep
-    the plain reading."""
-    return (any(mark in gold for mark in ("\\", "^", "{")) and "\\boxed" not in gold
-            and not DELIMITERS.search(gold) and is_math(gold))
+            and (any(mark in gold for mark in ("\\", "^", "{")) or any(ops for _, ops in relations(gold))))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -180,7 +172,7 @@ def _parse_gold(gold: str, limit: int | None) -> list:
     from math_verify import parse
 
     text = join_digit_groups(gold)
-    if _bare_relation(gold) or _bare_latex(gold):
+    if _undelimited_formula(gold):
         parsed = parse(f"${text}$", extraction_config=_CONFIGS[0][:1], extraction_mode="first_match",
                        parsing_timeout=limit)
         if parsed and not isinstance(parsed[0], str):
