@@ -11,7 +11,8 @@ gives something else, r1kit says so or makes it right:
   without `use_cpu`). So r1kit sets, before transformers reads them: `use_cpu: true` for DDP and FSDP (a gloo group),
   and for DeepSpeed `use_cpu: false` with `ddp_backend: gloo` (DeepSpeed's CPU accelerator over gloo). FSDP2 then
   goes through accelerate's own FSDP2 path (`fully_shard`): `enable_fsdp_on_cpu` turns the plugin accelerate built and
-  dropped back on. Said in the start-up block's `sharding` line.
+  dropped back on. Said in the start-up block's `sharding` line. DeepSpeed's shared-memory all-reduce, which only
+  its inference engine calls, is not compiled there (`skip_deepspeed_shm_build`).
 - Refused before the model loads, in one line each (`check_launch`): an `accelerate launch` that started less than
   its command asked for (`shortfall`: fewer processes than asked, from its simple launcher under `--cpu`, a
   MULTI_CPU or NO config, or no `--multi_gpu` on a machine without GPUs; a config's FSDP or DeepSpeed replaced by a
@@ -102,6 +103,8 @@ def apply_launch_defaults(args) -> list[str]:
     """On ranks without a GPU, the settings under which accelerate gives what the launch asked for (see the module
     docstring); returns what was changed, for the start-up block. Runs before transformers reads `args`."""
     launch = requested(args)
+    if launch.engine == "deepspeed" and not has_cuda():
+        skip_deepspeed_shm_build()
     if launch.world <= 1:
         # One process: a free rendezvous port for what it starts (a colocated vLLM engine), where accelerate would set
         # its fixed 29500 and two runs on one machine would both bind it
@@ -122,6 +125,29 @@ def apply_launch_defaults(args) -> list[str]:
         changed.append("use_cpu: true (without it the ranks would form no group and each train alone)")
         args.use_cpu = True
     return changed
+
+
+SHM_OP = "deepspeed_shm_comm"
+
+
+def skip_deepspeed_shm_build() -> bool:
+    """Marks DeepSpeed's shared-memory all-reduce op (`deepspeed_shm_comm`) unavailable in this process; returns whether
+    it could. Without a GPU, DeepSpeed's CPU accelerator compiles that C++ op with the machine's compiler when its
+    process group starts (about 20 s at a machine's first launch, and an error where no compiler is installed), yet
+    only its inference engine's `inference_all_reduce` calls it: training's collectives go through torch.distributed
+    (gloo). Unavailable, it is neither built nor loaded, as on a machine where it cannot build. DeepSpeed keeps the
+    ops it may build in `deepspeed.ops.__compatible_ops__` (0.16 to 0.19: a dict it reads at that moment)."""
+    try:
+        import deepspeed.ops
+
+        compatible = deepspeed.ops.__compatible_ops__
+    except Exception:  # noqa: BLE001 - not installed, or a version without it: DeepSpeed decides as it would
+        return False
+    if not isinstance(compatible, dict):
+        return False
+    compatible[SHM_OP] = False
+    logger.debug("DeepSpeed's %s op (inference only) is not built on ranks without a GPU", SHM_OP)
+    return True
 
 
 def free_port() -> int:
