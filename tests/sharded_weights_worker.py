@@ -57,9 +57,10 @@ def cpu_accelerator() -> Accelerator:
     """The accelerator as r1kit's trainer gets it on ranks without a GPU (`r1kit.launching.sharding`)."""
     from accelerate.state import PartialState
 
-    from r1kit.launching.sharding import enable_fsdp_on_cpu, requested
+    from r1kit.launching.sharding import enable_fsdp_on_cpu, requested, skip_deepspeed_shm_build
 
     if requested().engine == "deepspeed":
+        skip_deepspeed_shm_build()
         PartialState(backend="gloo")  # what ddp_backend: gloo gives: DeepSpeed's CPU accelerator over gloo
         return Accelerator()
     accelerator = Accelerator(cpu=True)

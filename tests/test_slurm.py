@@ -50,15 +50,18 @@ def wait_for(slurm: SlurmCluster, job: str, log: Path, ready, what: str, timeout
              failed: str | None = None):
     """Waits for `ready()`; fails at once, with the job's output, if the job ends first (or its output shows
     `failed`: a step's task that failed while the others wait for it)."""
+    def looks_ended() -> bool:
+        return slurm.job(job).get("JobState") in ENDED or bool(failed and failed in tail(log, 10**6))
+
     def check():
         value = ready()
-        if not value and (slurm.job(job).get("JobState") in ENDED or (failed and failed in tail(log, 10**6))):
+        if not value and looks_ended():
             # Read again a little later: between two reads the job may have reached the awaited state (COMPLETING ->
             # COMPLETED), and a job requeued as it exits shows its exit (FAILED, 75) until slurmctld, slower on a
             # busy machine, counts the restart.
             time.sleep(ENDED_GRACE)
             value = ready()
-            if not value and (slurm.job(job).get("JobState") in ENDED or (failed and failed in tail(log, 10**6))):
+            if not value and looks_ended():
                 pytest.fail(f"job {job} ({slurm.job(job)}) failed before {what}:\n{tail(log)}")
         return value
     try:

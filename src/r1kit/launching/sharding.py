@@ -130,24 +130,22 @@ def apply_launch_defaults(args) -> list[str]:
 SHM_OP = "deepspeed_shm_comm"
 
 
-def skip_deepspeed_shm_build() -> bool:
-    """Marks DeepSpeed's shared-memory all-reduce op (`deepspeed_shm_comm`) unavailable in this process; returns whether
-    it could. Without a GPU, DeepSpeed's CPU accelerator compiles that C++ op with the machine's compiler when its
-    process group starts (about 20 s of g++ at a machine's first launch, then cached), yet
-    only its inference engine's `inference_all_reduce` calls it: training's collectives go through torch.distributed
-    (gloo). Unavailable, it is neither built nor loaded, as on a machine where it cannot build. DeepSpeed keeps the
-    ops it may build in `deepspeed.ops.__compatible_ops__` (0.16 to 0.19: a dict it reads at that moment)."""
+def skip_deepspeed_shm_build() -> None:
+    """Marks DeepSpeed's shared-memory all-reduce op (`deepspeed_shm_comm`) unavailable in this process. Without a GPU,
+    DeepSpeed's CPU accelerator compiles that C++ op with the machine's compiler when its process group starts (about
+    20 s of g++ at a machine's first launch, then cached), yet only its inference engine's `inference_all_reduce`
+    calls it: training's collectives go through torch.distributed (gloo). Unavailable, it is neither built nor
+    loaded, as on a machine where it cannot build. DeepSpeed keeps the ops it may build in
+    `deepspeed.ops.__compatible_ops__` (0.16 to 0.19: a dict it reads at that moment)."""
     try:
         import deepspeed.ops
 
         compatible = deepspeed.ops.__compatible_ops__
     except Exception:  # noqa: BLE001 - not installed, or a version without it: DeepSpeed decides as it would
-        return False
-    if not isinstance(compatible, dict):
-        return False
-    compatible[SHM_OP] = False
-    logger.debug("DeepSpeed's %s op (inference only) is not built on ranks without a GPU", SHM_OP)
-    return True
+        return
+    if isinstance(compatible, dict):
+        compatible[SHM_OP] = False
+        logger.debug("DeepSpeed's %s op (inference only) is not built on ranks without a GPU", SHM_OP)
 
 
 def free_port() -> int:
