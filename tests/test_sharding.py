@@ -272,23 +272,6 @@ def test_fsdp2_shards_parameters_and_optimizer_trains_as_ddp_and_resumes_from_it
 
 
 @pytest.mark.slow
-def test_a_recipes_own_fsdp_shards_on_cpu_ranks(tmp_path, tiny_model_dir, math_jsonl):
-    """`fsdp:` in the recipe (transformers' way, no accelerate config): it was refused once the model had loaded, as
-    FSDP1 (\"set fsdp_version: 2 in the accelerate config\") though the recipe said version 2."""
-    out = tmp_path / "out"
-    recipe = write_recipe(tmp_path, **tiny_recipe(tiny_model_dir, math_jsonl, out, max_steps=1, save_steps=100,
-                                                  per_device_train_batch_size=4, num_generations=4, fsdp="full_shard",
-                                                  fsdp_config={"version": 2}))
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
-    done = subprocess.run([sys.executable, "-m", "r1kit", "grpo", "--world-size", "2", "--config", str(recipe)], cwd=REPO,
-                          env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
-    record = holdings(out)
-    assert record["strategy"] == "FSDP2" and record["distributed_type"] == "FSDP"
-    assert sum(r["parameter_bytes"] for r in record["ranks"]) == record["ranks"][0]["whole_parameter_bytes"]
-
-
-@pytest.mark.slow
 @deepspeed
 def test_zero3_shards_parameters_and_optimizer_trains_as_ddp_and_resumes(tmp_path_factory, tiny_model_dir, math_jsonl,
                                                                         ddp):
@@ -319,16 +302,39 @@ def test_zero2_shards_the_optimizer_state_not_the_parameters(tmp_path_factory, t
     assert_trains_as_ddp(out, ddp)
 
 
+def world_size_run(tmp_path_factory, tiny_model_dir, math_jsonl, **overrides) -> Path:
+    """`r1kit grpo --world-size 2 --config RECIPE`: the recipe's own launch (no accelerate config); its output."""
+    folder = tmp_path_factory.mktemp("world_size")
+    out = folder / "out"
+    recipe = write_recipe(folder, **tiny_recipe(tiny_model_dir, math_jsonl, out, max_steps=2, save_steps=100,
+                                                per_device_train_batch_size=4, num_generations=4, **overrides))
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-m", "r1kit", "grpo", "--world-size", "2", "--config", str(recipe)],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    return out
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("config", ["fsdp.yaml", pytest.param("zero3.yaml", marks=deepspeed)])
+@pytest.mark.parametrize("launch", ["the recipe's fsdp", pytest.param("zero3.yaml", marks=deepspeed)])
 def test_lora_under_sharding_saves_a_merged_model_equal_to_base_plus_adapter(tmp_path_factory, tiny_model_dir,
-                                                                          math_jsonl, config):
+                                                                          math_jsonl, launch):
+    """Under ZeRO-3 as `accelerate launch --config_file zero3.yaml` starts it, and under FSDP2 as a recipe's own
+    `fsdp:` asks for it (transformers' way, no accelerate config: it was refused once the model had loaded, as FSDP1
+    ("set fsdp_version: 2 in the accelerate config") though the recipe said version 2)."""
     import torch
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
-    out, _ = grpo_run(tmp_path_factory, tiny_model_dir, math_jsonl, config, use_peft=True, lora_r=4, lora_alpha=8,
-                      lora_target_modules=["q_proj", "v_proj"])
+    lora = dict(use_peft=True, lora_r=4, lora_alpha=8, lora_target_modules=["q_proj", "v_proj"])
+    if launch == "zero3.yaml":
+        out, _ = grpo_run(tmp_path_factory, tiny_model_dir, math_jsonl, launch, **lora)
+    else:
+        out = world_size_run(tmp_path_factory, tiny_model_dir, math_jsonl, fsdp="full_shard",
+                             fsdp_config={"version": 2}, **lora)
+        record = holdings(out)
+        assert record["strategy"] == "FSDP2" and record["distributed_type"] == "FSDP"
+        assert sum(r["parameter_bytes"] for r in record["ranks"]) == record["ranks"][0]["whole_parameter_bytes"]
     merged = AutoModelForCausalLM.from_pretrained(out)
     rebuilt = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny_model_dir), out / "adapter")
     ids = torch.randint(3, 30, (2, 12), generator=torch.Generator().manual_seed(0))

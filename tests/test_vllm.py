@@ -21,6 +21,10 @@ ROOT = Path(__file__).resolve().parents[1]
 # vLLM's fp32 CPU kernels and the trainer's forward differ by a few 1e-3 on this tiny model with the same weights;
 # stale weights (one optimizer step at this learning rate) differ by about 1 (measured while writing these tests).
 LOGP_TOLERANCE = 0.05
+# Under LoRA (r 4, q_proj and v_proj) the synced engine differs by 0.058-0.07 at steps 2-3 (the trainer's forward
+# keeps the adapter apart, with TRL's default lora_dropout 0.05 in training), an engine left at the first weights by
+# 0.48-0.70 (measured on this recipe with the weight push made a no-op).
+LORA_LOGP_TOLERANCE = 0.25
 
 
 @pytest.fixture(scope="module")
@@ -73,28 +77,10 @@ def grpo(tmp_path: Path, model: Path, data: Path, out: Path, env: dict | None = 
     return [entry for entry in history if "loss" in entry]
 
 
-def assert_engine_follows_the_policy(steps: list[dict]) -> None:
+def assert_engine_follows_the_policy(steps: list[dict], tolerance: float = LOGP_TOLERANCE) -> None:
     assert any(step["grad_norm"] > 0 for step in steps[:-1]), "no update: the test would prove nothing"
     for step in steps:
-        assert step["sampling/sampling_logp_difference/max"] < LOGP_TOLERANCE, step
-
-
-def test_colocated_vllm_trains_with_dynamic_sampling_and_a_resumed_run_loads_the_checkpoint_into_the_engine(
-        tmp_path, vllm_model_dir, flat_data):
-    """The engine generates from the updated weights after every optimizer step, with dynamic sampling; a run resumed
-    from a checkpoint loads the checkpoint's weights into its new engine (one run stopped at step 2, then the same
-    recipe to step 4: the resumed steps still sample what the policy would). (That a trained folder loads in vLLM is
-    proven once, on the merged folder a LoRA run leaves: test_a_lora_run_leaves_a_folder_vllm_loads_...)"""
-    out = tmp_path / "out"
-    keys = dict(dynamic_sampling=True, save_strategy="steps", save_steps=2)
-    first = grpo(tmp_path, vllm_model_dir, flat_data, out, max_steps=2, **keys)
-    steps = grpo(tmp_path, vllm_model_dir, flat_data, out, max_steps=4, **keys)
-    assert [s["step"] for s in first] == [1, 2] and [s["step"] for s in steps if s["step"] > 2] == [3, 4]
-    assert_engine_follows_the_policy(first)
-    assert_engine_follows_the_policy([s for s in steps if s["step"] > 2])
-    assert all(s["sampling/generation_rounds"] >= 1 for s in first + steps)
-    rows = [json.loads(line) for line in (out / "completions.jsonl").read_text().splitlines()]
-    assert {r["step"] for r in rows} == {1, 2, 3, 4}
+        assert step["sampling/sampling_logp_difference/max"] < tolerance, step
 
 
 def evaluate_with_vllm(tmp_path: Path, model: Path, limit: int = 4, *flags: str) -> dict:
@@ -109,13 +95,19 @@ def evaluate_with_vllm(tmp_path: Path, model: Path, limit: int = 4, *flags: str)
     return json.loads((out / "addition.json").read_text())["metrics"]
 
 
-def test_a_lora_run_leaves_a_folder_vllm_loads_and_samples_from(tmp_path, vllm_model_dir, flat_data):
-    """The merged folder a LoRA run leaves (not the adapter) loads in vLLM, which samples several completions a
-    problem from it. `r1kit evaluate` and `r1kit pass-rate` generate through the same sampler
-    (r1kit.benchmarking.generation.load_sampler), so one command's run proves both reach vLLM; each command's own
-    logic is tested without it (test_evaluation, test_pass_rate)."""
+def test_a_lora_run_syncs_the_merged_weights_and_leaves_a_folder_vllm_loads_and_samples_from(tmp_path, vllm_model_dir,
+                                                                                             flat_data):
+    """Colocated vLLM without async rollouts, under LoRA: after every optimizer step the engine gets the adapter
+    merged into the base weights and samples what the policy would. The merged folder the run leaves (not the
+    adapter) loads in vLLM, which samples several completions a problem from it. `r1kit evaluate` and
+    `r1kit pass-rate` generate through the same sampler (r1kit.benchmarking.generation.load_sampler), so one
+    command's run proves both reach vLLM; each command's own logic is tested without it (test_evaluation,
+    test_pass_rate)."""
     out = tmp_path / "trained"
-    grpo(tmp_path, vllm_model_dir, flat_data, out, max_steps=1, use_peft=True, lora_r=4, lora_target_modules=["q_proj", "v_proj"])
+    steps = grpo(tmp_path, vllm_model_dir, flat_data, out, max_steps=2, use_peft=True, lora_r=4,
+                 lora_target_modules=["q_proj", "v_proj"])
+    assert [s["step"] for s in steps] == [1, 2]
+    assert_engine_follows_the_policy(steps, LORA_LOGP_TOLERANCE)
     metrics = evaluate_with_vllm(tmp_path, out, 8, "--num-samples", "4", "--temperature", "1.0")
     assert metrics["n"] == 8 and metrics["num_samples"] == 4 and "pass@4" in metrics
     samples = json.loads((tmp_path / "eval-trained" / "addition.json").read_text())["samples"]
@@ -160,41 +152,63 @@ def addition_heldout_recipe(tmp_path: Path, model_dir: Path, flat, **keys) -> tu
     recipe = write_recipe(
         tmp_path, model_name_or_path=str(model_dir), dataset_name=str(data), dataset_prompt_column="problem",
         reward_funcs=["tests.rewards_for_tests:flat_or_length"], num_generations=4, learning_rate=1e-2,
-        output_dir=str(out), report_to="none", logging_steps=1, save_strategy="no", use_vllm=True,
-        vllm_mode="colocate", vllm_max_model_length=128, bf16=False, torch_num_threads=1, seed=0,
-        probe_rewards=False, callbacks=["heldout_accuracy"], **keys)
+        output_dir=str(out), report_to="none", logging_steps=1, use_vllm=True, vllm_mode="colocate",
+        vllm_max_model_length=128, bf16=False, torch_num_threads=1, seed=0, probe_rewards=False,
+        callbacks=["heldout_accuracy"], **{"save_strategy": "no", **keys})
     return recipe, out
 
 
-def test_heldout_accuracy_generates_with_the_colocated_engine_at_the_current_weights_under_async_rollouts(
-        tmp_path, vllm_model_dir):
-    """With async rollouts the engine is the producer's: the callback's weights are staged, loaded on its thread
-    (`ColocatedGenerator`), and the engine still generates what the current policy would. (Without them, the
-    held-out callback's engine sync is checked on 2 ranks under FSDP2 in
-    test_under_sharding_on_two_ranks_the_engines_and_heldout_follow_the_policy.)"""
-    recipe, out = addition_heldout_recipe(tmp_path, vllm_model_dir, lambda total: False,
-                                          per_device_train_batch_size=8, max_completion_length=8, max_steps=2,
-                                          heldout_eval_steps=1, async_rollouts=True)
-    env = process_env()
-    result = subprocess.run([sys.executable, "-c", HELDOUT_CHECK, str(recipe)], cwd=ROOT, env=env,
+def run_heldout_check(recipe: Path) -> dict:
+    """HELDOUT_CHECK on `recipe` in a process of its own; asserts it finished; its gaps and texts."""
+    result = subprocess.run([sys.executable, "-c", HELDOUT_CHECK, str(recipe)], cwd=ROOT, env=process_env(),
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "held-out accuracy generates with it" in result.stderr + result.stdout
+    return json.loads(result.stdout.split("RESULT", 1)[1])
+
+
+def test_async_colocated_vllm_with_dynamic_sampling_and_heldout_follows_the_policy_and_resumes_into_the_engine(
+        tmp_path, vllm_model_dir):
+    """With async rollouts the engine is the producer's. Dynamic sampling refills what it drops from the same
+    engine; the held-out callback's weights are staged and loaded on the producer's thread (`ColocatedGenerator`),
+    and the engine still generates what the current policy would. A run resumed from the checkpoint loads its
+    weights into its new engine: the first batch it generates has the trainer's log-probabilities. (Without async
+    rollouts the engine's sync is checked every step in test_a_lora_run_syncs_..., and the held-out callback's on
+    2 ranks under FSDP2 in test_under_sharding_on_two_ranks_the_engines_and_heldout_follow_the_policy.)"""
+    recipe, out = addition_heldout_recipe(tmp_path, vllm_model_dir, lambda total: total % 3 == 0,
+                                          per_device_train_batch_size=8, max_completion_length=8, max_steps=2,
+                                          heldout_eval_steps=1, async_rollouts=True, dynamic_sampling=True,
+                                          save_strategy="steps", save_steps=2, log_completions_file=True)
+    checked = run_heldout_check(recipe)
     evaluations = [json.loads(line) for line in (out / "heldout_accuracy.jsonl").read_text().splitlines()]
     assert [e["step"] for e in evaluations] == [0, 1, 2] and all(e["n"] == 8 for e in evaluations)
-    checked = json.loads(result.stdout.split("RESULT", 1)[1])
     assert len(checked["texts"]) == 8 and len(checked["gaps"]) > 8
     # Greedy on the trained weights: each token the engine chose is the trainer's best, up to kernel differences
     # (stale weights after two steps at this learning rate put gaps near 1).
     assert max(checked["gaps"]) < LOGP_TOLERANCE, checked
+    first = [e for e in json.loads((out / "trainer_state.json").read_text())["log_history"] if "loss" in e]
+    assert [s["step"] for s in first] == [1, 2] and any(s["grad_norm"] > 0 for s in first)
+    assert all(s["sampling/generation_rounds"] >= 1 for s in first)
     assert_async_engine_follows_the_policy(out)
 
-
-def assert_async_engine_follows_the_policy(out: Path, max_staleness: int = 1) -> None:
-    """Async rollouts with a vLLM engine: every batch was read ahead within the staleness bound; the first one,
-    generated with the weights it is trained on, has the trainer's log-probabilities (so the engine's weights and
-    sampling are the policy's); the later ones, one update older, are weighed by the importance ratio."""
+    resumed = subprocess.run([sys.executable, "-m", "r1kit.grpo", "--config", str(recipe), "--max_steps", "4"],
+                             cwd=ROOT, env=process_env(), capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"Resuming from {out / 'checkpoint-2'}" in resumed.stdout + resumed.stderr
     steps = [e for e in json.loads((out / "trainer_state.json").read_text())["log_history"] if "loss" in e]
+    assert [s["step"] for s in steps if s["step"] > 2] == [3, 4]
+    assert_async_engine_follows_the_policy(out, after=2)  # its first batch: the checkpoint's weights
+    rows = [json.loads(line) for line in (out / "completions.jsonl").read_text().splitlines()]
+    assert {r["step"] for r in rows} == {1, 2, 3, 4}
+
+
+def assert_async_engine_follows_the_policy(out: Path, max_staleness: int = 1, after: int = 0) -> None:
+    """Async rollouts with a vLLM engine, the steps after step `after` (where a resumed run started): every batch
+    was read ahead within the staleness bound; the first one, generated with the weights it is trained on, has the
+    trainer's log-probabilities (so the engine's weights and sampling are the policy's); the later ones, one update
+    older, are weighed by the importance ratio."""
+    steps = [e for e in json.loads((out / "trainer_state.json").read_text())["log_history"]
+             if "loss" in e and e["step"] > after]
     assert steps and all(s["rollouts/staleness"] <= max_staleness for s in steps)
     assert steps[0]["rollouts/staleness"] == 0
     assert steps[0]["sampling/sampling_logp_difference/max"] < LOGP_TOLERANCE, steps[0]
