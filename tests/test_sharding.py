@@ -242,11 +242,19 @@ def assert_final_model_is_whole(out: Path, ddp: Path) -> None:
 
 
 @pytest.mark.slow
-def test_ddp_holds_everything_on_every_rank(ddp):
+def test_ddp_trains_two_ranks_together_writes_once_and_holds_everything_on_every_rank(ddp):
     record = holdings(ddp)
     assert record["strategy"] == "DDP" and record["world_size"] == 2
     whole = record["ranks"][0]["whole_parameter_bytes"]
     assert all(r["parameter_bytes"] == whole and r["optimizer_state_bytes"] == 2 * whole for r in record["ranks"])
+    assert json.loads((ddp / "r1kit_run.json").read_text())["world_size"] == 2
+    state = json.loads((ddp / "trainer_state.json").read_text())
+    assert state["global_step"] == 2
+    assert sorted(p.name for p in ddp.glob("checkpoint-*")) == ["checkpoint-1", "checkpoint-2"]
+    assert all((ddp / f"checkpoint-{step}" / "model.safetensors").is_file() for step in (1, 2))
+    # 2 ranks x 4 completions a step: each rank scores its own; only the main process writes them down (its 4 a step)
+    assert next(e for e in state["log_history"] if e.get("step") == 1 and "num_tokens" in e)["num_tokens"] > 0
+    assert len((ddp / "completions.jsonl").read_text().splitlines()) == 2 * 4
 
 
 @pytest.mark.slow
