@@ -20,7 +20,7 @@ import pytest
 from r1kit.console import EXIT_COMPLETED, EXIT_INTERRUPTED, EXIT_STOPPED
 from r1kit.launching.launch import outcome, world_size
 from tests.helpers import descendants, raises_naming, tiny_recipe, write_recipe
-from tests.test_lifecycle import Command
+from tests.test_lifecycle import Command, run_here
 
 REPO = Path(__file__).resolve().parents[1]
 STARTUP_SECONDS = 300  # two ranks starting on a busy 2-core machine
@@ -111,12 +111,9 @@ def test_world_size_2_preempted_exits_75_is_not_resumed_on_one_process_and_resum
     # The 2-process checkpoint on one process: half the global batch and another RNG layout. Refused before anything
     # trains (a ConfigError: one `r1kit: error:` line and exit 2 from the command, as test_cli_errors checks). Run
     # here, in this one process: a process of its own would cost ~5 CPU-seconds of imports to prove the same.
-    from r1kit import grpo
-    from r1kit.config.recipe import parse_args
-
     record = (out / "r1kit_run.json").read_bytes()
     with raises_naming("world_size 2 -> 1", "global_batch 8 -> 4", "--world-size 2"):
-        grpo.pipeline(*parse_args(["--config", str(recipe)], None))
+        run_here("grpo", recipe)
     assert (out / f"checkpoint-{step}" / "model.safetensors").read_bytes() == saved
     assert (out / "r1kit_run.json").read_bytes() == record
 

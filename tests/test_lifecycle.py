@@ -94,8 +94,8 @@ def run_to_end(command: str, recipe: Path, *flags: str, seconds: float = 600) ->
 
 
 def run_here(command: str, recipe: Path) -> None:
-    """The uninterrupted reference run, in this process: the recipe, pipeline and seeds of the command it is compared
-    with, without a process start of its own (imports: ~5 CPU-seconds)."""
+    """`r1kit COMMAND --config RECIPE`'s pipeline, in this process: a reference run, or a run that must refuse (its
+    error raised here), without a process start of its own (imports: ~5 CPU-seconds)."""
     from r1kit import grpo, sft
     from r1kit.config.recipe import GRPO_TYPES, parse_args
 

@@ -57,6 +57,12 @@ def process_env() -> dict:
     return env
 
 
+def logged_steps(out: Path, after: int = 0) -> list[dict]:
+    """The optimizer steps a run in `out` logged (trainer_state.json), those after step `after`."""
+    history = json.loads((out / "trainer_state.json").read_text())["log_history"]
+    return [entry for entry in history if "loss" in entry and entry["step"] > after]
+
+
 def grpo(tmp_path: Path, model: Path, data: Path, out: Path, env: dict | None = None, **keys) -> list[dict]:
     """Runs `r1kit grpo` in a process of its own (a vLLM engine per process), with `env` added to the environment;
     returns the logged steps. Its output is kept in `out/grpo_output.log`."""
@@ -73,8 +79,7 @@ def grpo(tmp_path: Path, model: Path, data: Path, out: Path, env: dict | None = 
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     (out / "grpo_output.log").write_text(result.stdout + result.stderr)
-    history = json.loads((out / "trainer_state.json").read_text())["log_history"]
-    return [entry for entry in history if "loss" in entry]
+    return logged_steps(out)
 
 
 def assert_engine_follows_the_policy(steps: list[dict], tolerance: float = LOGP_TOLERANCE) -> None:
@@ -186,7 +191,7 @@ def test_async_colocated_vllm_with_dynamic_sampling_and_heldout_follows_the_poli
     # Greedy on the trained weights: each token the engine chose is the trainer's best, up to kernel differences
     # (stale weights after two steps at this learning rate put gaps near 1).
     assert max(checked["gaps"]) < LOGP_TOLERANCE, checked
-    first = [e for e in json.loads((out / "trainer_state.json").read_text())["log_history"] if "loss" in e]
+    first = logged_steps(out)
     assert [s["step"] for s in first] == [1, 2] and any(s["grad_norm"] > 0 for s in first)
     assert all(s["sampling/generation_rounds"] >= 1 for s in first)
     assert_async_engine_follows_the_policy(out)
@@ -195,8 +200,7 @@ def test_async_colocated_vllm_with_dynamic_sampling_and_heldout_follows_the_poli
                              cwd=ROOT, env=process_env(), capture_output=True, text=True, timeout=600)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"Resuming from {out / 'checkpoint-2'}" in resumed.stdout + resumed.stderr
-    steps = [e for e in json.loads((out / "trainer_state.json").read_text())["log_history"] if "loss" in e]
-    assert [s["step"] for s in steps if s["step"] > 2] == [3, 4]
+    assert [s["step"] for s in logged_steps(out, after=2)] == [3, 4]
     assert_async_engine_follows_the_policy(out, after=2)  # its first batch: the checkpoint's weights
     rows = [json.loads(line) for line in (out / "completions.jsonl").read_text().splitlines()]
     assert {r["step"] for r in rows} == {1, 2, 3, 4}
@@ -207,8 +211,7 @@ def assert_async_engine_follows_the_policy(out: Path, max_staleness: int = 1, af
     was read ahead within the staleness bound; the first one, generated with the weights it is trained on, has the
     trainer's log-probabilities (so the engine's weights and sampling are the policy's); the later ones, one update
     older, are weighed by the importance ratio."""
-    steps = [e for e in json.loads((out / "trainer_state.json").read_text())["log_history"]
-             if "loss" in e and e["step"] > after]
+    steps = logged_steps(out, after)
     assert steps and all(s["rollouts/staleness"] <= max_staleness for s in steps)
     assert steps[0]["rollouts/staleness"] == 0
     assert steps[0]["sampling/sampling_logp_difference/max"] < LOGP_TOLERANCE, steps[0]
@@ -361,7 +364,7 @@ def test_under_sharding_on_two_ranks_the_engines_and_heldout_follow_the_policy(t
          "--config", str(recipe)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
     assert ("FSDP2" if config == "fsdp" else "ZeRO-3") + " on 2 processes" in done.stdout + done.stderr
-    steps = [e for e in json.loads((out / "trainer_state.json").read_text())["log_history"] if "loss" in e]
+    steps = logged_steps(out)
     assert [s["step"] for s in steps] == [1, 2, 3]
     if async_rollouts:
         assert_async_engine_follows_the_policy(out)
