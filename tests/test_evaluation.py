@@ -12,6 +12,15 @@ from r1kit.evaluation import evaluate, pass_at_k
 from r1kit.loading.modeling import DEMO_MODEL
 
 
+@pytest.fixture(autouse=True)
+def with_transformers(monkeypatch):
+    """The command's own logic, generated with transformers also where vLLM is installed (the low-end CI lane): each
+    vLLM engine costs seconds to start, and `r1kit evaluate` on vLLM is proven in tests/test_vllm.py."""
+    from r1kit.benchmarking import generation
+
+    monkeypatch.setattr(generation, "vllm_available", lambda: False)
+
+
 def test_demo_checkpoint_scores_what_the_demo_reports(demo_heldout):
     reported = json.loads((DEMO_MODEL / "sft_summary.json").read_text())["heldout_accuracy"]
     result = demo_heldout  # `r1kit evaluate --benchmarks addition`, run once for the test session

@@ -1,8 +1,8 @@
-"""One exit code per outcome on every launch path (r1kit.launching.launch): a 2-process run preempted under
-`r1kit grpo --world-size 2`, `r1kit launch torchrun` and `r1kit launch accelerate launch` exits 75 (torchrun and
-accelerate launch alone say 1 or 143 for it, with a traceback), with one signal or several, and the same command
-resumes; a 2-process checkpoint is not resumed on one process. (Plain `r1kit grpo`: tests/test_lifecycle.py; a
-tripwire's stop, 3: tests/test_distributed.py.)"""
+"""One exit code per outcome on every launch path (r1kit.launching.launch): a 2-process run interrupted under
+`r1kit grpo --world-size 2` (one rank signalled), `r1kit launch torchrun` (the launcher alone) and `r1kit launch
+accelerate launch` (every process, several times) exits 75 (torchrun and accelerate launch alone say 1 or 143 for it,
+with a traceback), and the same command resumes; a 2-process checkpoint is not resumed on one process. (Plain
+`r1kit grpo`: tests/test_lifecycle.py; a tripwire's stop, 3: tests/test_distributed.py.)"""
 
 from __future__ import annotations
 
@@ -97,15 +97,40 @@ def two_rank_recipe(tmp_path: Path, model: Path, data: Path, max_steps: int = 6)
                                                      reward_funcs=SLOW))
 
 
+def workers_of(launcher_pid: int) -> dict[int, int]:
+    """{rank: pid} of the processes `launcher_pid` started, read from /proc (their parent and RANK)."""
+    ranks = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            status = (entry / "status").read_text()
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        parent = next((int(line.split()[1]) for line in status.splitlines() if line.startswith("PPid:")), None)
+        rank = next((int(item[5:]) for item in environ if item.startswith(b"RANK=")), None)
+        if parent == launcher_pid and rank is not None:
+            ranks[rank] = int(entry.name)
+    return ranks
+
+
 @pytest.mark.slow
-def test_world_size_2_preempted_exits_75_is_not_resumed_on_one_process_and_resumes_on_two(
+def test_world_size_2_with_one_rank_signalled_stops_both_exits_75_is_not_resumed_on_one_process_and_resumes_on_two(
         tmp_path, tiny_model_dir, math_jsonl):
+    """A signal that reaches one rank only (an OOM killer's SIGTERM, a user's kill of one pid) stops both ranks at
+    the same step: the other rank learns of it at the step's end instead of waiting in the save's collectives.
+    (Signals to every process, as Slurm sends them at a preemption: the accelerate launch below and
+    tests/test_slurm.py; to the launcher alone: the torchrun launch below.)"""
     out, recipe = two_rank_recipe(tmp_path, tiny_model_dir, math_jsonl)
     command = ("grpo", "--world-size", "2", "--config", str(recipe))
     launch = Launch(*command)
     launch.wait_for("{'loss'", STARTUP_SECONDS)
-    launch.signal_all()  # a preemption: Slurm signals every process of the job step
+    ranks = workers_of(launch.proc.pid)  # torchrun's workers, started by this launch's own process
+    assert sorted(ranks) == [0, 1], ranks
+    os.kill(ranks[1], signal.SIGTERM)  # rank 1 only: rank 0, which writes the record, got no signal itself
     step = assert_interrupted(launch.finish(), launch.log, out)
+    assert json.loads((out / "r1kit_run.json").read_text())["signal"] == "SIGTERM"
     saved = (out / f"checkpoint-{step}" / "model.safetensors").read_bytes()
 
     # The 2-process checkpoint on one process: half the global batch and another RNG layout. Refused before anything
@@ -123,6 +148,8 @@ def test_world_size_2_preempted_exits_75_is_not_resumed_on_one_process_and_resum
     record = json.loads((out / "r1kit_run.json").read_text())
     assert record["status"] == "completed" and record["global_step"] == 6
     assert [(s["from_step"], s["status"]) for s in record["segments"]] == [(0, "interrupted"), (step, "completed")]
+    history = json.loads((out / "trainer_state.json").read_text())["log_history"]
+    assert [e["step"] for e in history if "loss" in e] == list(range(1, 7))
 
 
 @pytest.mark.slow

@@ -205,32 +205,3 @@ def test_sft_output_loads_with_transformers(sft_out):
 
 
 # (Loading a trained folder, LoRA-merged and full, in a real vLLM: tests/test_vllm.py.)
-
-
-# --------------------------------------------------------------------------------------------------------------------
-# Two ranks: every rank joins the gather, only the main process writes
-# --------------------------------------------------------------------------------------------------------------------
-def test_two_rank_lora_run_saves_one_merged_model(tmp_path, tiny_model_dir, math_jsonl):
-    import shutil
-    import subprocess
-    import sys
-
-    import torch
-    from peft import PeftModel
-    from transformers import AutoModelForCausalLM
-
-    out = tmp_path / "out"
-    recipe = tiny_recipe(tiny_model_dir, math_jsonl, out, model_name_or_path=BASE, max_steps=2, save_steps=2,
-                         use_cpu=True, per_device_train_batch_size=4, num_generations=4, **LORA)
-    torchrun = shutil.which("torchrun") or str(Path(sys.executable).with_name("torchrun"))
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    env.pop("MASTER_PORT", None)
-    result = subprocess.run([torchrun, "--standalone", "--nproc_per_node", "2", "-m", "r1kit.grpo", "--config",
-                             str(write_recipe(tmp_path, **recipe))], env=env, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
-    assert not (out / "adapter_config.json").exists() and (out / "adapter" / "adapter_config.json").is_file()
-    batch = inputs()
-    merged_logits, _ = logits_and_greedy(AutoModelForCausalLM.from_pretrained(out), batch)
-    base = AutoModelForCausalLM.from_pretrained(resolve_model_path(BASE))
-    peft_logits, _ = logits_and_greedy(PeftModel.from_pretrained(base, out / "adapter"), batch)
-    torch.testing.assert_close(merged_logits, peft_logits, atol=1e-5, rtol=1e-5)

@@ -329,7 +329,9 @@ def test_lora_under_sharding_saves_a_merged_model_equal_to_base_plus_adapter(tmp
                                                                           math_jsonl, launch):
     """Under ZeRO-3 as `accelerate launch --config_file zero3.yaml` starts it, and under FSDP2 as a recipe's own
     `fsdp:` asks for it (transformers' way, no accelerate config: it was refused once the model had loaded, as FSDP1
-    ("set fsdp_version: 2 in the accelerate config") though the recipe said version 2)."""
+    ("set fsdp_version: 2 in the accelerate config") though the recipe said version 2). Every rank joins the gather,
+    only the main process writes: a plain model at the top, the adapter beside it (under DDP a rank writes as one
+    process does: tests/test_outputs.py)."""
     import torch
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
@@ -343,6 +345,7 @@ def test_lora_under_sharding_saves_a_merged_model_equal_to_base_plus_adapter(tmp
         record = holdings(out)
         assert record["strategy"] == "FSDP2" and record["distributed_type"] == "FSDP"
         assert sum(r["parameter_bytes"] for r in record["ranks"]) == record["ranks"][0]["whole_parameter_bytes"]
+    assert not (out / "adapter_config.json").exists() and (out / "adapter" / "adapter_config.json").is_file()
     merged = AutoModelForCausalLM.from_pretrained(out)
     rebuilt = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny_model_dir), out / "adapter")
     ids = torch.randint(3, 30, (2, 12), generator=torch.Generator().manual_seed(0))
