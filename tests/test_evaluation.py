@@ -21,6 +21,20 @@ def with_transformers(monkeypatch):
     monkeypatch.setattr(generation, "vllm_available", lambda: False)
 
 
+def test_evaluate_checks_its_model_and_folder_without_importing_trl():
+    """`r1kit evaluate` (a process per checkpoint under the evaluate_benchmarks callback) loads a model and
+    generates: what it imports before the model must not pull TRL and peft in (0.5 s of each such process)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, r1kit.evaluation, r1kit.records\n"
+            "from r1kit.loading.modeling import DEMO_MODEL, check_source\n"
+            "check_source(str(DEMO_MODEL), field='--model')\n"
+            "heavy = [m for m in ('trl', 'peft', 'datasets') if m in sys.modules]\n"
+            "assert not heavy, heavy")
+    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
+
+
 def test_demo_checkpoint_scores_what_the_demo_reports(demo_heldout):
     reported = json.loads((DEMO_MODEL / "sft_summary.json").read_text())["heldout_accuracy"]
     result = demo_heldout  # `r1kit evaluate --benchmarks addition`, run once for the test session

@@ -118,8 +118,7 @@ def add_parser(subparsers):
 def run(args) -> int:
     """`r1kit evaluate`: checks the options, the model and the benchmark names, then evaluates and writes the
     results."""
-    from r1kit.loading.modeling import check_source as check_model_source  # deferred: trl
-    from r1kit.run.preflight import check_output_dir  # deferred: trl
+    from r1kit.loading.modeling import check_source as check_model_source  # deferred: huggingface_hub
 
     benchmarks = [b for b in args.benchmarks.split(",") if b]
     if not benchmarks:
@@ -132,7 +131,7 @@ def run(args) -> int:
         raise ConfigError(f"--top-p must be in (0, 1], got {args.top_p}")
     check_model_source(args.model, "--model", builtins=())
     check_names(benchmarks, "--benchmarks", files_must_exist=True)
-    check_output_dir(args.output_dir or f"{args.model}/eval", field="--output-dir")
+    records.check_output_dir(args.output_dir or f"{args.model}/eval", field="--output-dir")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s - %(levelname)s - %(name)s - %(message)s")
     results = evaluate_to_files(
         args.model, benchmarks, args.output_dir or f"{args.model}/eval",

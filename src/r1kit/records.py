@@ -3,7 +3,8 @@
 never an empty or torn one. JSON Lines (`completions.jsonl`, `heldout_accuracy.jsonl`): one object per line, appended
 as the run goes. Two things break them: a kill or a full disk tears the last line, and a resumed run re-does the steps
 after its checkpoint, so their rows would appear twice. `rewind` repairs both when a run (re)starts; `read` is what
-readers use, skipping a bad line with a warning instead of refusing the file.
+readers use, skipping a bad line with a warning instead of refusing the file. `check_output_dir`: the folder they go
+to exists (or could) and is writable, checked before anything loads.
 """
 
 from __future__ import annotations
@@ -12,8 +13,10 @@ import json
 import logging
 import os
 from pathlib import Path
+from typing import Any
 
 from r1kit.credentials import redact
+from r1kit.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 
@@ -86,3 +89,23 @@ def _row(line: str) -> dict | None:
 def _step(row: dict) -> float:
     step = row.get("step")
     return step if isinstance(step, (int, float)) and not isinstance(step, bool) else float("inf")
+
+
+def check_output_dir(output_dir: Any, create: bool = True, field: str = "output_dir") -> None:
+    """Creates `output_dir` (or, with `create=False`, checks that it could be created) and checks that it is a
+    writable folder. Raises a `ConfigError` naming `field`."""
+    if not isinstance(output_dir, (str, os.PathLike)) or not str(output_dir).strip():
+        raise ConfigError(f"{field} must be a folder path, got {output_dir!r}")
+    path = Path(os.path.expanduser(output_dir))
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"{field}: {output_dir} is a file, not a folder; choose another {field}")
+    if create:
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise ConfigError(f"{field}: cannot create {output_dir} ({e.strerror or e}); choose a writable folder") from None
+    existing = next((p for p in (path, *path.parents) if p.exists()), None)
+    if existing is not None and not existing.is_dir():
+        raise ConfigError(f"{field}: cannot create {output_dir}: {existing} is a file; choose another {field}")
+    if existing is not None and not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(f"{field}: {existing} is not writable; choose a writable folder for {field}")

@@ -9,13 +9,16 @@ import logging
 import os
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from r1kit.config.schema import ModelConfig, RunFields, check_choice
+from r1kit.config.command import check_choice
 from r1kit.errors import ConfigError, one_line
 from r1kit.hub import hub_problem, looks_local, relative_to_cwd
 from r1kit.machine import has_cuda, installed
 from r1kit.sources.tasks import BUILTIN_PREFIX
+
+if TYPE_CHECKING:  # annotations only: `r1kit evaluate` loads models without TRL
+    from r1kit.config.schema import ModelConfig, RunFields
 
 logger = logging.getLogger(__name__)
 

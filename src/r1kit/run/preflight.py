@@ -15,11 +15,9 @@ what is left: rules that span two of a recipe's objects, and the machine's side 
 
 from __future__ import annotations
 
-import os
 import socket
 import time
 import warnings
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
@@ -42,6 +40,7 @@ from r1kit.hub import check_hub_push
 from r1kit.launching.sharding import check_launch
 from r1kit.loading import data, modeling
 from r1kit.machine import has_cuda, installed, vllm_is_cpu_build
+from r1kit.records import check_output_dir
 from r1kit.rewards import check_reward_names, resolve_import_path
 from r1kit.rewards.code import check_code_execution, check_code_rows
 from r1kit.rewards.gym import check_gym_scoring
@@ -248,23 +247,3 @@ def check_report_to_installed(report_to: Any) -> None:
         module = REPORT_TO_PACKAGES.get(name, name)
         if not installed(module) and not (name == "tensorboard" and installed("tensorboardX")):
             raise ConfigError(f"report_to: {name} is not installed: pip install {module}, or set report_to: none")
-
-
-def check_output_dir(output_dir: Any, create: bool = True, field: str = "output_dir") -> None:
-    """Creates `output_dir` (or, with `create=False`, checks that it could be created) and checks that it is a
-    writable folder. Raises a `ConfigError` naming `field`."""
-    if not isinstance(output_dir, (str, os.PathLike)) or not str(output_dir).strip():
-        raise ConfigError(f"{field} must be a folder path, got {output_dir!r}")
-    path = Path(os.path.expanduser(output_dir))
-    if path.exists() and not path.is_dir():
-        raise ConfigError(f"{field}: {output_dir} is a file, not a folder; choose another {field}")
-    if create:
-        try:
-            path.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise ConfigError(f"{field}: cannot create {output_dir} ({e.strerror or e}); choose a writable folder") from None
-    existing = next((p for p in (path, *path.parents) if p.exists()), None)
-    if existing is not None and not existing.is_dir():
-        raise ConfigError(f"{field}: cannot create {output_dir}: {existing} is a file; choose another {field}")
-    if existing is not None and not os.access(existing, os.W_OK | os.X_OK):
-        raise ConfigError(f"{field}: {existing} is not writable; choose a writable folder for {field}")
