@@ -1,8 +1,8 @@
 """`slurm/train.slurm --vllm-node 1` against a real Slurm with a real vLLM (its CPU build): the job's last node serves
 generations with `r1kit vllm-serve` on its address, behind r1kit's front, with a shared secret the script generates
-for the job, and the training node trains against it. The secret reaches both steps in their environment, the same
-one, and no command line (what `ps` shows) nor the job's output holds it. Skipped where vLLM cannot run, or Slurm is
-not installed (tests/slurm_cluster.py)."""
+for the job, and the training node trains against it, pushing its weights to the server after every step. The secret
+reaches both steps in their environment, the same one, and no command line (what `ps` shows) nor the job's output
+holds it. Skipped where vLLM cannot run, or Slurm is not installed (tests/slurm_cluster.py)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from r1kit.benchmarking.generation import vllm_available
 from tests.helpers import write_recipe
 from tests.slurm_cluster import SlurmCluster, free_port, require_slurm
 from tests.test_slurm import DDP, REPO, SCRIPT, job_env, tail, wait_for
+from tests.test_vllm import assert_engine_follows_the_policy
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not vllm_available(), reason="vLLM cannot run here")]
 SECRET = "R1KIT_VLLM_SECRET"
@@ -90,8 +91,11 @@ def test_the_vllm_node_serves_the_training_node_behind_a_secret_generated_for_th
     text = log.read_text()
     record = json.loads((out / "r1kit_run.json").read_text())
     assert record["status"] == "completed", text[-4000:]
-    history = json.loads((out / "trainer_state.json").read_text())["log_history"]
-    assert [e["step"] for e in history if "loss" in e] == [1, 2]
+    steps = [e for e in json.loads((out / "trainer_state.json").read_text())["log_history"] if "loss" in e]
+    assert [e["step"] for e in steps] == [1, 2]
+    # The trainer's weights reached the server after every step (pushed through files to its reload endpoint, with
+    # the secret): the server's log-probabilities of what it sampled are the trainer's.
+    assert_engine_follows_the_policy(steps)
     # Both ends authenticated, with one secret generated for the job, found in both steps' environments only.
     assert "needs the shared secret" in text and "authenticated with the shared secret" in text, text[-4000:]
     assert len(secrets.seen["server"]) == 1 and secrets.seen["server"] == secrets.seen["trainer"], secrets.seen

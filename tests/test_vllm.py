@@ -270,8 +270,9 @@ def test_server_mode_on_the_cpu_build_trains_from_the_updated_weights_and_no_one
         tmp_path, vllm_model_dir, flat_data):
     """`r1kit vllm-serve` starts the server on 127.0.0.1 behind r1kit's front, with a shared secret. Another client
     without it is refused, the weight reload and the cache reset included; the trainer pushes weights through files
-    and the server's reload endpoint (no NCCL) with the secret, so the server's log-probabilities match the trainer's
-    at every step; a trainer without the secret stops with one clear line."""
+    and the server's reload endpoint (no NCCL) with the secret while async rollouts generate on the server; a trainer
+    without the secret stops with one clear line. (That the server's log-probabilities match the trainer's at every
+    step, TRL generating: tests/test_slurm_vllm.py.)"""
     import signal
     import socket
 
@@ -305,12 +306,10 @@ def test_server_mode_on_the_cpu_build_trains_from_the_updated_weights_and_no_one
             patch.delenv("R1KIT_VLLM_SECRET_FILE", raising=False)
             with raises_naming("R1KIT_VLLM_SECRET", f"http://127.0.0.1:{port}"):
                 run_here("grpo", server_recipe(tmp_path, vllm_model_dir, flat_data, port, max_steps=1))
-        steps = grpo(tmp_path, vllm_model_dir, flat_data, tmp_path / "out", max_steps=3, vllm_mode="server",
-                     vllm_server_host="127.0.0.1", vllm_server_port=port, env={"R1KIT_VLLM_SECRET": SECRET})
-        # async rollouts on the same server: each process's own authenticated client generates while the trainer
-        # trains and pushes the weights between steps
-        (tmp_path / "async").mkdir()
-        grpo(tmp_path / "async", vllm_model_dir, flat_data, tmp_path / "async-out", max_steps=3, vllm_mode="server",
+        # async rollouts: each process's own authenticated client generates while the trainer trains and pushes the
+        # weights between steps (TRL's own generation on a server, pushed to after every step:
+        # tests/test_slurm_vllm.py, where the server is a Slurm job's node)
+        grpo(tmp_path, vllm_model_dir, flat_data, tmp_path / "out", max_steps=3, vllm_mode="server",
              vllm_server_host="127.0.0.1", vllm_server_port=port, env={"R1KIT_VLLM_SECRET": SECRET},
              async_rollouts=True)
     finally:
@@ -321,15 +320,14 @@ def test_server_mode_on_the_cpu_build_trains_from_the_updated_weights_and_no_one
             os.killpg(server.pid, signal.SIGKILL)
             server.wait(timeout=30)
         server_log.close()
-    assert [s["step"] for s in steps] == [1, 2, 3]
-    assert_engine_follows_the_policy(steps)  # the trainer's own reloads reached the engine; nobody else's did
     first = (tmp_path / "server.log").read_text().splitlines()[0]
     assert "127.0.0.1" in first and "this machine only" in first and "needs the shared secret" in first
     assert SECRET not in (tmp_path / "server.log").read_text()
     startup = (tmp_path / "out" / "grpo_output.log").read_text()
     assert f"server at http://127.0.0.1:{port} (authenticated with the shared secret)" in startup
     assert SECRET not in startup
-    assert_async_engine_follows_the_policy(tmp_path / "async-out")
+    assert [s["step"] for s in logged_steps(tmp_path / "out")] == [1, 2, 3]
+    assert_async_engine_follows_the_policy(tmp_path / "out")
 
 
 def server_recipe(tmp_path: Path, model: Path, data: Path, port: int, **keys) -> Path:
