@@ -436,10 +436,8 @@ def echoes(entry: dict) -> list[str]:
     return [e for e in found if e.strip() != str(entry["answer"]).strip()]
 
 
-@pytest.fixture(scope="module")
-def every_generator():
+def score_every_generator() -> tuple[list[str], list[tuple]]:
     """Each supported generator's rows, scored in one jail: (generator, kind, probe, row index, score) per answer."""
-    pytest.importorskip("reasoning_gym")
     from reasoning_gym.factory import DATASETS
 
     from r1kit.rewards.gym import score_completions
@@ -465,10 +463,19 @@ def every_generator():
 
 
 @pytest.mark.slow
-def test_gold_answers_score_full_marks_on_every_generator(every_generator):
+def test_every_generator_pays_its_golds_and_no_degenerate_or_constant_answer():
+    """The three checks below read one batch, scored once (a module fixture shared by three tests was scored again by
+    each pytest worker that ran one of them: about 45 s each)."""
+    pytest.importorskip("reasoning_gym")
+    names, results = score_every_generator()
+    gold_answers_score_full_marks(names, results)
+    degenerate_answers_never_score_full_marks(results)
+    no_constant_answer_is_paid_on_two_rows_whose_golds_differ(results)
+
+
+def gold_answers_score_full_marks(names: list[str], results: list[tuple]) -> None:
     """A gold that scores less gives no signal and no warning (arc_agi's gold scored 0.05 once its tuples had become
     lists in r1kit's record)."""
-    names, results = every_generator
     golds = {(g, row): score for g, kind, _, row, score in results if kind == "gold"}
     assert {g for g, _ in golds} == set(names) - {g for g, key in EXAMPLE_ANSWERS.items() if key is None}
     short = {(g, row): score for (g, row), score in golds.items()
@@ -478,11 +485,9 @@ def test_gold_answers_score_full_marks_on_every_generator(every_generator):
     assert all(score is None for (g, _), score in golds.items() if g in BLIND)
 
 
-@pytest.mark.slow
-def test_degenerate_answers_never_score_full_marks_on_any_generator(every_generator):
+def degenerate_answers_never_score_full_marks(results: list[tuple]) -> None:
     """The question sent back (verbatim, or inside Integral(...), expand(...), ...) earns nothing on any row; one
     answer (a constant, or another row's gold) never takes full marks on two rows whose golds differ."""
-    _, results = every_generator
     echoed = [(g, probe[:80], row) for g, kind, probe, row, score in results if kind == "echo" and score == 1.0]
     assert not echoed, f"echoed questions at full marks: {echoed}"
     rows_paid: dict[tuple[str, str], set[int]] = {}
@@ -495,15 +500,13 @@ def test_degenerate_answers_never_score_full_marks_on_any_generator(every_genera
     assert not constants and not borrowed, f"one answer at full marks on rows whose golds differ: {constants} {borrowed}"
 
 
-@pytest.mark.slow
-def test_no_constant_answer_is_paid_on_two_rows_whose_golds_differ(every_generator):
+def no_constant_answer_is_paid_on_two_rows_whose_golds_differ(results: list[tuple]) -> None:
     """Any positive score, not only full marks: one answer paid on rows whose golds differ is not specific to its row.
     The attack's hedges earn nothing on the generators they were paid on. A hedge of a few golds is still paid on a
     row whose gold it holds when no foil's gold is among them (a scorer that reads the last number pays "19 288 560"
     on the row whose gold is 560), never on two. Not closed: generators whose entries have
     no gold (EXAMPLE_ANSWERS) have no foil to compare with, and their scorers' credit for any well-formed answer
     (0.01 on rubiks_cube and rush_hour) is paid on every row."""
-    _, results = every_generator
     rows_paid: dict[tuple[str, str], set[int]] = {}
     for g, kind, probe, row, score in results:
         if kind in ("constant", "hedge of the golds") and score and g not in EXAMPLE_ANSWERS:
