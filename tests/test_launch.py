@@ -19,7 +19,7 @@ import pytest
 
 from r1kit.console import EXIT_COMPLETED, EXIT_INTERRUPTED, EXIT_STOPPED
 from r1kit.launching.launch import outcome, world_size
-from tests.helpers import descendants, raises_naming, tiny_recipe, write_recipe
+from tests.helpers import descendants, process_parents, raises_naming, tiny_recipe, write_recipe
 from tests.test_lifecycle import Command, run_here
 
 REPO = Path(__file__).resolve().parents[1]
@@ -98,20 +98,16 @@ def two_rank_recipe(tmp_path: Path, model: Path, data: Path, max_steps: int = 6)
 
 
 def workers_of(launcher_pid: int) -> dict[int, int]:
-    """{rank: pid} of the processes `launcher_pid` started, read from /proc (their parent and RANK)."""
+    """{rank: pid} of the processes `launcher_pid` started, by the RANK in their environment."""
     ranks = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
+    for pid in [pid for pid, parent in process_parents().items() if parent == launcher_pid]:
         try:
-            status = (entry / "status").read_text()
-            environ = (entry / "environ").read_bytes().split(b"\0")
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
         except OSError:
             continue
-        parent = next((int(line.split()[1]) for line in status.splitlines() if line.startswith("PPid:")), None)
         rank = next((int(item[5:]) for item in environ if item.startswith(b"RANK=")), None)
-        if parent == launcher_pid and rank is not None:
-            ranks[rank] = int(entry.name)
+        if rank is not None:
+            ranks[rank] = pid
     return ranks
 
 

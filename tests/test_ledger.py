@@ -194,8 +194,9 @@ def test_a_tripwire_stop_stays_stopped_until_resume_after_stop(tmp_path, tiny_mo
     command = [sys.executable, "-m", "r1kit.grpo", "--config", path]
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
 
+    # the fault: the wire fires at step 2 (it used to exit 0, "completed", with a final model)
     done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
-    code, log = done.returncode, done.stdout + done.stderr  # the fault: the wire fires at step 2 (it used to exit 0, "completed", with a final model)
+    code, log = done.returncode, done.stdout + done.stderr
     assert code == 3 and "Traceback" not in log, log[-3000:]
     assert len([line for line in log.splitlines() if "Stopped by a tripwire at step 2 of 4" in line]) == 1
     record = json.loads((out / "r1kit_run.json").read_text())

@@ -108,12 +108,23 @@ def losses(output_dir: Path) -> dict[int, dict]:
     return {e["step"]: e for e in state["log_history"] if "loss" in e}
 
 
-def interrupt_after_first_step(command: str, recipe: Path, signal_number: int) -> tuple[int, str]:
-    """Starts the command, sends `signal_number` once it has logged a step, returns (exit code, output)."""
+def interrupt_after_first_step(command: str, recipe: Path, signal_number: int,
+                               again_after_the_save: bool = False) -> tuple[int, str]:
+    """Starts the command, sends `signal_number` once it has logged a step, returns (exit code, output). With
+    `again_after_the_save`, keeps sending it from the line that says the checkpoint is saved until the process ends (a
+    launcher passing Slurm's signal on, an impatient user)."""
     cmd = Command(command, recipe)
     try:
         cmd.wait_for("{'loss'")  # the trainer's log line of a finished step
         cmd.proc.send_signal(signal_number)
+        if again_after_the_save:
+            cmd.wait_for(f"Interrupted by {signal.Signals(signal_number).name}")  # said just after the save
+            sent = 0
+            while cmd.proc.poll() is None:
+                cmd.proc.send_signal(signal_number)
+                sent += 1
+                time.sleep(0.005)
+            assert sent >= 1, "the process ended before a second signal"
         return cmd.finish(), cmd.log
     finally:
         cmd.kill()
@@ -147,7 +158,7 @@ def assert_same_losses(resumed: dict[int, dict], full: dict[int, dict], steps, k
 # Preemption: a real training process, signalled
 # --------------------------------------------------------------------------------------------------------------------
 @pytest.mark.slow
-def test_grpo_on_sigterm_saves_exits_75_whatever_signals_follow_and_resumes_exactly(tmp_path, tiny_model_dir, math_jsonl):
+def test_grpo_on_sigterm_saves_exits_75_whatever_follows_and_resumes_exactly(tmp_path, tiny_model_dir, math_jsonl):
     max_steps = 5
     reward = {"reward_funcs": ["tests.rewards_for_tests:slow_length_variety"]}  # a step takes ~1 s: room to signal
     full = tmp_path / "full"
@@ -159,22 +170,10 @@ def test_grpo_on_sigterm_saves_exits_75_whatever_signals_follow_and_resumes_exac
     # turn the stop into a run that looks finished (it used to write the final model and exit 0).
     recipe = write_recipe(tmp_path, **tiny_recipe(tiny_model_dir, math_jsonl, out, max_steps=max_steps,
                                                   save_strategy="no", enable_jit_checkpoint=True, **reward))
-    # More SIGTERMs while the process, its checkpoint saved, is on its way out (a launcher passing Slurm's signal
-    # on, an impatient user): the exit code stays 75 (it used to die of the signal: -15)
-    cmd, sent = Command("grpo", recipe), 0
-    try:
-        cmd.wait_for("{'loss'")
-        cmd.proc.send_signal(signal.SIGTERM)
-        cmd.wait_for("Interrupted by SIGTERM")  # said just after the save
-        while cmd.proc.poll() is None:
-            cmd.proc.send_signal(signal.SIGTERM)
-            sent += 1
-            time.sleep(0.005)
-        code = cmd.finish()
-    finally:
-        cmd.kill()
-    assert sent >= 1
-    step = assert_interrupted_cleanly(code, cmd.log, out, "SIGTERM", max_steps)
+    # More SIGTERMs while the process, its checkpoint saved, is on its way out: the exit code stays 75 (it used to
+    # die of the signal: -15)
+    code, log = interrupt_after_first_step("grpo", recipe, signal.SIGTERM, again_after_the_save=True)
+    step = assert_interrupted_cleanly(code, log, out, "SIGTERM", max_steps)
 
     run_here("grpo", recipe)  # the same recipe, resumed in this process (the command's own resume line and exit 0:
     # tests/test_grpo.py::test_rerun_tells_the_user_it_resumes_and_how_to_start_fresh)

@@ -21,7 +21,8 @@ NOT_SOURCE_NAMES = shutil.ignore_patterns(".git", "build", "dist", "outputs", "d
 def not_source(folder: str, names: list[str]) -> set[str]:
     """What the copy leaves out: build and run outputs, caches, and every virtual environment whatever its name (CI's
     .venv-low holds 3.6 GB of vLLM, which the copy once spent 20 s on)."""
-    return set(NOT_SOURCE_NAMES(folder, names)) | {n for n in names if os.path.isfile(os.path.join(folder, n, "pyvenv.cfg"))}
+    venvs = {n for n in names if os.path.isfile(os.path.join(folder, n, "pyvenv.cfg"))}
+    return set(NOT_SOURCE_NAMES(folder, names)) | venvs
 
 
 @pytest.fixture(scope="module")

@@ -300,7 +300,7 @@ def test_server_mode_on_the_cpu_build_trains_from_the_updated_weights_and_no_one
             assert post(f"{base}/reset_prefix_cache", {}, secret) == 401
             assert post(f"{base}/v1/completions", {"prompt": "1+1=", "max_tokens": 2}, secret) == 401
         # A trainer without the secret: refused in one line (a ConfigError: exit 2 from the command, as
-        # test_cli_errors checks), run in this process (one process start, ~10 CPU-s with vLLM installed, fewer)
+        # test_cli_errors checks), tried in this process (a process of its own: ~10 CPU-s of imports with vLLM)
         with pytest.MonkeyPatch.context() as patch:
             patch.delenv("R1KIT_VLLM_SECRET", raising=False)
             patch.delenv("R1KIT_VLLM_SECRET_FILE", raising=False)

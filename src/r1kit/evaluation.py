@@ -21,6 +21,7 @@ from r1kit.benchmarking.generation import sample_n
 from r1kit.benchmarking.heldout import chat_prompts
 from r1kit.console import run_module
 from r1kit.errors import ConfigError
+from r1kit.loading.modeling import check_source as check_model_source
 
 logger = logging.getLogger(__name__)
 
@@ -118,8 +119,6 @@ def add_parser(subparsers):
 def run(args) -> int:
     """`r1kit evaluate`: checks the options, the model and the benchmark names, then evaluates and writes the
     results."""
-    from r1kit.loading.modeling import check_source as check_model_source  # deferred: huggingface_hub
-
     benchmarks = [b for b in args.benchmarks.split(",") if b]
     if not benchmarks:
         raise ConfigError("--benchmarks: name at least one benchmark")

@@ -103,7 +103,8 @@ def check_output_dir(output_dir: Any, create: bool = True, field: str = "output_
         try:
             path.mkdir(parents=True, exist_ok=True)
         except OSError as e:
-            raise ConfigError(f"{field}: cannot create {output_dir} ({e.strerror or e}); choose a writable folder") from None
+            raise ConfigError(
+                f"{field}: cannot create {output_dir} ({e.strerror or e}); choose a writable folder") from None
     existing = next((p for p in (path, *path.parents) if p.exists()), None)
     if existing is not None and not existing.is_dir():
         raise ConfigError(f"{field}: cannot create {output_dir}: {existing} is a file; choose another {field}")
