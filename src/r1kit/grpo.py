@@ -164,6 +164,7 @@ def build_trainer(script_args: GRPOScriptArguments, training_args: GRPOConfig, m
     heldout = next((c for c in callbacks if isinstance(c, HeldOutAccuracyCallback)), None)
     if heldout is not None:
         heldout.engine = trainer.colocated_engine  # greedy answers from the colocated vLLM engine, when there is one
+        heldout.every_rank = heldout.engine is None and trainer.passes.sharded()  # every rank forwards sharded weights
     if wires is not None:
         wires.attach(trainer, script_args.reward_funcs, heldout, tuple(training_args.second_opinion_kinds or {}))
     return runs.Run(trainer, checkpoint, len(dataset[script_args.dataset_train_split]), script_args.dataset_name,

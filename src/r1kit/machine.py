@@ -48,3 +48,19 @@ def from_main(value: Any, world_size: int) -> Any:
     box = [value]
     dist.broadcast_object_list(box, src=0)
     return box[0]
+
+
+def on_any_rank(flag: bool, world_size: int) -> bool:
+    """Whether `flag` holds on any process (every process calls this at the same point): a stop signal that reached
+    one rank alone stops them all at the same place."""
+    if world_size <= 1:
+        return bool(flag)
+    import torch
+    import torch.distributed as dist  # deferred: torch
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return bool(flag)
+    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
+    tensor = torch.tensor([int(bool(flag))], device=device)
+    dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+    return bool(tensor.item())

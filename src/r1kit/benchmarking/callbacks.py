@@ -27,7 +27,7 @@ from r1kit.benchmarking.heldout import greedy_accuracy
 from r1kit.benchmarking.judges import score_answers, score_gym_answers
 from r1kit.errors import ConfigError
 from r1kit.hub import get_hub_client, revision_name
-from r1kit.machine import from_main
+from r1kit.machine import from_main, on_any_rank
 from r1kit.rewards.verify import DEFAULT_TIMEOUT
 
 logger = logging.getLogger(__name__)
@@ -67,6 +67,10 @@ class HeldOutAccuracyCallback(TrainerCallback):
         self.timeout = timeout  # seconds to verify one answer: the recipe's reward_timeout, as in training
         self.grade = grade  # None: math-verify against `golds`; else grade(completions, golds, timeout)
         self.engine = None  # set by the trainer: an object with sync() and complete(prompts, max_new_tokens)
+        # Set by the run when the weights are sharded (FSDP, ZeRO-3) and no engine generates: every forward call
+        # gathers weights from every rank, so every rank generates a share and the main process grades
+        self.every_rank = False
+        self.rank, self.world_size = (0 if is_main_process else 1), 1  # (from the trainer's arguments at its start)
         self.history: list[dict] = []  # every evaluation of the run, earlier segments (before a resume) included
         self._train_start: float | None = None  # when training began, for the training time of each evaluation
         self._eval_seconds = 0.0  # time spent evaluating, which is not training time
@@ -97,18 +101,23 @@ class HeldOutAccuracyCallback(TrainerCallback):
         a resume from this step evaluates it again)."""
         start = time.monotonic()
         trained = self.training_seconds()
+        spread = self.every_rank and self.world_size > 1
         try:
             accuracy, _ = greedy_accuracy(
                 model, self.tokenizer, self.problems, self.golds, self.system_prompt, self.max_new_tokens,
                 timeout=self.timeout, grade=self.grade or score_answers,
                 complete=self.engine.complete if self.engine is not None else None,
                 should_stop=self.stop_requested, progress=f"held-out eval, step {step}" if self.progress else None,
+                ranks=(self.rank, self.world_size) if spread else None,
             )
         except GenerationStopped:
             self._eval_seconds += time.monotonic() - start
-            logger.warning("Held-out evaluation at step %d stopped by a signal; not recorded.", step)
+            if self.is_main_process:
+                logger.warning("Held-out evaluation at step %d stopped by a signal; not recorded.", step)
             return None
         self._eval_seconds += time.monotonic() - start
+        if accuracy is None:  # another rank's share of the generation: the main process grades and records
+            return None
         record = {"step": step, "accuracy": accuracy, "seconds": round(time.monotonic() - start, 2), "n": len(self.problems),
                   "train_seconds": round(trained, 2)}
         self.history.append(record)
@@ -123,17 +132,19 @@ class HeldOutAccuracyCallback(TrainerCallback):
         evaluates (once per step)."""
         if self.engine is not None:
             self.engine.sync()
-        if self.is_main_process and not any(r["step"] == step for r in self.history):
-            return self.evaluate(model, step)
-        return None
+        due = self.is_main_process and not any(r["step"] == step for r in self.history)
+        if self.every_rank and self.world_size > 1:  # (the history is the main process's)
+            return self.evaluate(model, step) if from_main(due, self.world_size) else None
+        return self.evaluate(model, step) if due else None
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
+        self.rank, self.world_size = args.process_index, args.world_size
         if self.is_main_process:
             self.resume_history(state.global_step)
         self._train_start, self._eval_seconds = time.monotonic(), 0.0
         self._evaluate_if_new(model, state.global_step)
-        stopped = self.is_main_process and self.stop_requested()
-        if from_main(stopped, args.world_size):  # every process stops before the first step, none waits for another
+        # A signal that reached any process stops every process before the first step; none waits for another
+        if on_any_rank(self.stop_requested(), args.world_size):
             raise EvaluationInterrupted(state.global_step)
 
     def on_step_end(self, args, state, control, model=None, **kwargs):

@@ -84,7 +84,9 @@ def generate(model, tokenizer, prompts: list[str], max_new_tokens: int, batch_si
             batch = tokenizer(prompts[i : i + batch_size], return_tensors="pt", padding=True, add_special_tokens=False)
             batch = {k: v.to(model.device) for k, v in batch.items()}
             sampling = {"do_sample": True, "temperature": temperature, "top_p": top_p} if temperature > 0 else {"do_sample": False}
-            with torch.inference_mode():
+            # no_grad, not inference_mode: under FSDP2 the gathered weights' buffers are reused by the training
+            # step after, and an inference tensor cannot be written outside inference mode
+            with torch.no_grad():
                 out = model.generate(
                     **batch, max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id,
                     eos_token_id=tokenizer.eos_token_id, stopping_criteria=watch.criteria(), **sampling,

@@ -23,6 +23,7 @@ import json
 import logging
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,6 +43,7 @@ SMOOTHING = 0.1  # the weight of each new chunk in that share's moving average
 
 DENSE, BUCKETED, PACKED, PACKED_FLEX = "dense", "bucketed", "packed", "packed_flex"
 PASS_RECORD = "training_pass.json"
+PASS_STATE = "r1kit_training_pass.json"  # in each checkpoint: the choosers' state, so a resume chooses alike
 # Model types whose forward hands a FlexAttention block mask to the attention untouched (GPT-2 reshapes its mask)
 FLEX_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
 DESCRIPTIONS = {
@@ -52,18 +54,24 @@ DESCRIPTIONS = {
 }
 
 
-def shape_class(grad: bool, rows: int, prompt_width: int, completion_width: int) -> tuple:
-    """The class a chunk's timings stand for: read from the tensors' shapes alone (no host sync)."""
-    def scale(n: int) -> int:
-        return round(2 * math.log2(max(1, n)))
+ANY_WIDTH = -1  # a class of several ranks: the widths differ by rank, the chunk sequence does not
+
+
+def shape_class(grad: bool, rows: int, prompt_width: int | None, completion_width: int | None) -> tuple:
+    """The class a chunk's timings stand for: read from the tensors' shapes alone (no host sync). Widths of None
+    (several ranks, each padding its own batch) make one class of every width."""
+    def scale(n: int | None) -> int:
+        return ANY_WIDTH if n is None else round(2 * math.log2(max(1, n)))
 
     return (bool(grad), rows, scale(prompt_width), scale(completion_width))
 
 
 def describe(key: tuple) -> str:
     grad, rows, prompt, completion = key
-    return (f"{rows} rows, prompt ~{2 ** (prompt / 2):.0f} and completion ~{2 ** (completion / 2):.0f} columns, "
-            f"{'loss pass' if grad else 'no-gradient pass'}")
+    kind = "loss pass" if grad else "no-gradient pass"
+    if prompt == ANY_WIDTH:
+        return f"{rows} rows, every width (agreed by all ranks), {kind}"
+    return f"{rows} rows, prompt ~{2 ** (prompt / 2):.0f} and completion ~{2 ** (completion / 2):.0f} columns, {kind}"
 
 
 @dataclass
@@ -85,15 +93,23 @@ class PassChooser:
 
     `pick(key)` returns `(pass, timed)`: while the class is being measured, the next candidate in an interleaved
     order and True (time this run); once decided, the choice and False. The caller times a timed run and reports it
-    with `record(key, pass, seconds)`. `exclude(pass, why)` drops a candidate (one that cannot run here), said once."""
+    with `record(key, pass, seconds)`. `exclude(pass, why)` drops a candidate (one that cannot run here), said once.
+
+    With `agree` (several ranks), one decision for all: `agree(values)` returns each value's maximum over the ranks
+    (a collective), every rank picks in the same sequence (the caller's classes must not depend on the rank), a class
+    is decided at a `pick` (the same call on every rank, never inside a timing that one rank alone may end early) from
+    the slowest rank's timings, and no class is re-measured on a rank's own real-token share."""
 
     def __init__(self, candidates: list[str], timed_runs: int = RUNS, margin: float = MARGIN,
-                 recheck_after: int = RECHECK_AFTER, log: bool = True):
+                 recheck_after: int = RECHECK_AFTER, log: bool = True,
+                 agree: Callable[[list[float]], list[float]] | None = None):
         self.candidates = list(dict.fromkeys(candidates))
         self.timed_runs, self.margin, self.recheck_after = timed_runs, margin, recheck_after
         self.classes: dict[tuple, Calibration] = {}
         self.log = log
+        self.agree = agree
         self.notes: list[str] = []
+        self.decided = 0  # classes decided so far (the runner writes its record when this grows)
 
     @property
     def deciding(self) -> bool:
@@ -137,7 +153,7 @@ class PassChooser:
         """A chunk's share of real (unpadded) tokens, from a pass that read it anyway. True when a decided class's
         chunks drifted away from what it was measured on: it is then measured again."""
         calibration = self.classes.get(key)
-        if calibration is None or not self.deciding:
+        if calibration is None or not self.deciding or self.agree is not None:
             return False
         if calibration.choice is None:  # still measuring: the class stands for these chunks
             calibration.shares.append(real_share)
@@ -163,13 +179,19 @@ class PassChooser:
         calibration.seconds.setdefault(candidate, []).append(seconds)
         if saved_bytes is not None:
             calibration.saved[candidate] = min(saved_bytes, calibration.saved.get(candidate, saved_bytes))
-        if all(len(calibration.seconds.get(c, [])) >= self.timed_runs for c in self.candidates):
+        if self.agree is None and all(len(calibration.seconds.get(c, [])) >= self.timed_runs for c in self.candidates):
             self._decide(key, calibration)
             return True
-        return False
+        return False  # with several ranks the next `pick` of the class decides, on every rank at once
 
     def _decide(self, key: tuple, calibration: Calibration) -> None:
         best = {c: min(calibration.seconds[c]) for c in self.candidates}
+        if self.agree is not None:  # the slowest rank's times and bytes: every rank takes the same pass
+            order = list(self.candidates)
+            agreed = self.agree([best[c] for c in order] + [float(calibration.saved.get(c, -1)) for c in order])
+            best = dict(zip(order, agreed[:len(order)]))
+            calibration.saved = {c: int(b) for c, b in zip(order, agreed[len(order):]) if b >= 0}
+        self.decided += 1
         # Never more memory than dense: a pass that keeps more activations for backward is not taken, however fast
         dense_bytes = calibration.saved.get(DENSE)
         lighter = [c for c in best if dense_bytes is None or calibration.saved.get(c, 0) <= dense_bytes * MEMORY_SLACK]
@@ -181,6 +203,35 @@ class PassChooser:
             logger.info("training pass for %s: %s (measured: %s%s)", describe(key), calibration.choice,
                         ", ".join(f"{c} {ms(best[c])}" for c in sorted(best, key=best.get)),
                         f"; {', '.join(heavier)} kept more memory than dense" if heavier else "")
+
+    def state_dict(self) -> dict:
+        """Everything a resumed run needs to take the passes the uninterrupted one takes (JSON; an unusable run's
+        infinite time as null)."""
+        def seconds(times: list[float]) -> list[float | None]:
+            return [None if math.isinf(t) else t for t in times]
+
+        return {"candidates": list(self.candidates), "notes": list(self.notes),
+                "classes": [{"key": list(key), "runs": c.runs, "seconds": {n: seconds(t) for n, t in c.seconds.items()},
+                             "choice": c.choice, "uses": c.uses, "shares": c.shares, "recent": c.recent,
+                             "saved": c.saved} for key, c in self.classes.items()]}
+
+    def load_state_dict(self, state: dict) -> int:
+        """The classes a checkpoint's chooser had measured and decided, for the candidates this run has (a class
+        decided for a pass this launch cannot take is measured again). Returns the decided classes restored."""
+        restored = 0
+        for entry in state.get("classes") or []:
+            choice = entry.get("choice")
+            if choice is not None and choice not in self.candidates:
+                continue
+            keep = [c for c in self.candidates if c in (entry.get("seconds") or {})]
+            calibration = Calibration(
+                runs={c: int(n) for c, n in (entry.get("runs") or {}).items() if c in self.candidates},
+                seconds={c: [math.inf if t is None else float(t) for t in entry["seconds"][c]] for c in keep},
+                choice=choice, uses=int(entry.get("uses") or 0), shares=[float(x) for x in entry.get("shares") or []],
+                recent=entry.get("recent"), saved={c: int(b) for c, b in (entry.get("saved") or {}).items()})
+            self.classes[tuple(entry["key"])] = calibration
+            restored += choice is not None
+        return restored
 
     def decisions(self) -> list[dict]:
         """Each decided class: its description, the pass taken and the least measured seconds per candidate."""
@@ -222,16 +273,17 @@ class PassTimer:
         self.running = None
 
 
-def candidates_for(bare, plan, trim: bool, share: bool, requested: str, device_type: str, sharded: bool,
-                   training: bool) -> tuple[list[str], bool, list[str]]:
+def candidates_for(bare, plan, trim: bool, share: bool, requested: str, device_type: str,
+                   collective_forward: str | None, training: bool) -> tuple[list[str], bool, list[str]]:
     """(the passes this model state may take, whether the packed pass shares prompts, notes on what stands down).
-    `plan` is the bucketed pass's (`r1kit.training.trainpass.plan_for`); `requested` the recipe's `training_pass`."""
+    `plan` is the bucketed pass's (`r1kit.training.trainpass.plan_for`); `requested` the recipe's `training_pass`;
+    `collective_forward` says why every forward call is a collective of all ranks (None when it is not)."""
     config = getattr(bare, "config", None)
     notes: list[str] = []
     eligible = [DENSE]
     if plan.trim or plan.share:
-        if sharded:  # its number of forward calls varies by rank: collectives of sharded weights would mismatch
-            notes.append("bucketed: off under sharded weights (FSDP, ZeRO-3): a rank's forward calls must match")
+        if collective_forward:  # its number of forward calls varies with each rank's lengths: the ranks would wait
+            notes.append(f"bucketed: off ({collective_forward}; its number of forward calls varies by rank)")
         else:
             eligible.append(BUCKETED)
     why_not_packed = packed_refusal(config, plan, trim)
@@ -279,6 +331,7 @@ class PassSet:
     chooser: PassChooser
     config: object
     flex_checked: bool = False
+    name: str = ""  # the model's role and state, under which a checkpoint keeps the chooser (`PassRunner.state_dict`)
 
 
 @contextlib.contextmanager
@@ -316,6 +369,8 @@ class PassRunner:
         self.timer = PassTimer(clock=clock, synchronize=device_synchronizer(accelerator.device))
         self.sets: dict[tuple, PassSet | None] = {}
         self.said: set[str] = set()
+        self.policy = None  # the trained model (set by the trainer): its passes and the reference model's are apart
+        self.restored: dict[str, dict] = {}  # a checkpoint's choosers by set name, taken up as each set is planned
 
     # --- which passes -------------------------------------------------------------------------------------------
     def enabled(self) -> bool:
@@ -337,17 +392,46 @@ class PassRunner:
         key = (id(bare), bare.training, bool(getattr(bare, "is_gradient_checkpointing", False)), args.trim_padding,
                args.shared_prompt_pass, args.training_pass)
         if key not in self.sets:
-            self.sets[key] = self.plan(bare)
+            role = "policy" if self.policy is None or bare is self.bare_model(self.policy) else "reference"
+            self.sets[key] = self.plan(bare, "/".join(map(str, (role, *key[1:]))))
         return self.sets[key]
 
-    def plan(self, bare) -> PassSet | None:
+    def plan(self, bare, name: str = "") -> PassSet | None:
         plan, candidates, share_packed, notes = self.candidates(bare, bare.training, None)
         for note in notes:  # the start-up block says these already (`summary`)
             self.say_once(note, logging.INFO)
         if candidates == [DENSE]:
             return None
-        chooser = PassChooser(candidates, log=self.accelerator.is_main_process)
-        return PassSet(plan=plan, share_packed=share_packed, chooser=chooser, config=bare.config)
+        agree = self.agreed_max if self.several_ranks() else None
+        chooser = PassChooser(candidates, log=self.accelerator.is_main_process, agree=agree)
+        if name in self.restored:
+            decided = chooser.load_state_dict(self.restored.pop(name))
+            if decided:
+                self.say_once(f"training pass: {decided} shape class(es) keep the passes the checkpoint measured "
+                              "(a resume computes as the uninterrupted run)", logging.INFO)
+        return PassSet(plan=plan, share_packed=share_packed, chooser=chooser, config=bare.config, name=name)
+
+    # --- one decision for every rank, and for every resume ----------------------------------------------------------
+    def several_ranks(self) -> bool:
+        import torch.distributed as dist
+
+        return self.accelerator.num_processes > 1 and dist.is_available() and dist.is_initialized()
+
+    def agreed_max(self, values: list[float]) -> list[float]:
+        """Each value's maximum over the ranks (a collective: every rank calls it at the same point)."""
+        import torch.distributed as dist
+
+        tensor = torch.tensor(values, dtype=torch.float64, device=self.accelerator.device)
+        dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+        return tensor.tolist()
+
+    def state_dict(self) -> dict:
+        """Every chooser's measurements and decisions, by set name: saved with each checkpoint, so that a resumed run
+        takes the passes the uninterrupted one takes instead of measuring (and perhaps choosing) again."""
+        return {"sets": {s.name: s.chooser.state_dict() for s in self.sets.values() if s is not None and s.name}}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.restored = dict(state.get("sets") or {})
 
     def candidates(self, bare, training: bool, gradient_checkpointing: bool | None):
         args = self.args
@@ -356,7 +440,7 @@ class PassRunner:
         plan.copy_tokens = call_copy_tokens(bare, self.autocast_dtype())
         candidates, share_packed, more = candidates_for(
             bare, plan, args.trim_padding, args.shared_prompt_pass, args.training_pass,
-            self.accelerator.device.type, self.sharded(), training)
+            self.accelerator.device.type, self.collective_forward(bare), training)
         return plan, candidates, share_packed, notes + more
 
     def summary(self, model, gradient_checkpointing: bool) -> str:
@@ -375,12 +459,18 @@ class PassRunner:
     def score(self, model, passes: PassSet, dense, ids, mask, width: int, compute_entropy: bool):
         """The chunk's `(log-probabilities, entropies)` by the pass its shape class takes (or is measuring)."""
         grad = torch.is_grad_enabled()
-        key = shape_class(grad, ids.size(0), ids.size(1) - width, width)
+        if passes.chooser.agree is None:
+            key = shape_class(grad, ids.size(0), ids.size(1) - width, width)
+        else:  # each rank pads its own batch: classes by widths would differ by rank, and so would the decisions
+            key = shape_class(grad, ids.size(0), None, None)
+        decided = passes.chooser.decided
         # Without gradients (the old and reference log-probabilities) a chunk takes its loss-pass twin's pass once
         # that is decided: under bf16 two passes round differently, and the importance ratio of the first update
         # (num_iterations > 1) must be 1, as in TRL
         twin = passes.chooser.choice((True, *key[1:])) if not grad else None
         choice, timed = (twin, False) if twin is not None else passes.chooser.pick(key)
+        if passes.chooser.decided != decided:  # decided at this pick (several ranks)
+            self.save_record()
         if timed and self.timer.running is not None:
             self.timer.discard()  # two loss passes in one training step: neither timing stands for one pass
             timed = False
@@ -435,6 +525,8 @@ class PassRunner:
             reference = dense(model, ids, mask, width)[0]
         scored = mask[:, -width:].bool()
         gap = (flex[scored].float() - reference[scored].float()).abs().max().item() if scored.any() else 0.0
+        if passes.chooser.agree is not None:  # one rank's failed check turns the pass off on all of them
+            gap = passes.chooser.agree([gap])[0]
         tolerance = 1e-3 if self.autocast_dtype() is None else 5e-2
         if gap <= tolerance:
             return True
@@ -453,6 +545,17 @@ class PassRunner:
             return True
         plugin = getattr(state, "deepspeed_plugin", None)
         return state.distributed_type == DistributedType.DEEPSPEED and getattr(plugin, "zero_stage", 0) == 3
+
+    def collective_forward(self, bare) -> str | None:
+        """Why each forward call of the model is a collective of all ranks (their counts must match), or None: sharded
+        weights are gathered in it; DDP broadcasts the model's buffers (rotary tables) at its start."""
+        if self.sharded():
+            return "under sharded weights (FSDP, ZeRO-3)"
+        if self.accelerator.num_processes <= 1 or self.args.ddp_broadcast_buffers is False:
+            return None
+        if next(bare.buffers(), None) is not None:
+            return f"on {self.accelerator.num_processes} ranks: DDP broadcasts the model's buffers at every forward call"
+        return None
 
     def bare_model(self, model) -> torch.nn.Module:
         """`model` without its DDP/DeepSpeed wrapper and its PEFT adapter wrapper: the transformers model."""

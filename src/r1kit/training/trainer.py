@@ -87,7 +87,7 @@ from r1kit.training.generators import (
     reload_vllm_weights,
     walk_weights_by_layer,
 )
-from r1kit.training.passchoice import PassRunner
+from r1kit.training.passchoice import PASS_STATE, PassRunner
 from r1kit.training.rollouts import Lookahead
 from r1kit.training.tools import PythonInterpreter, prefetch
 from r1kit.vllm_front import authenticated_client
@@ -263,6 +263,7 @@ class R1Trainer(ShardedAsLaunched, StopOnNonFiniteGradients, AsyncRolloutHooks, 
         self._snapshots = self.picker is not None and self.args.gradient_accumulation_steps % self._generate_every != 0
         self._state_before_generation: dict | None = None
         self.passes = PassRunner(self.args, self.accelerator)  # the training pass: which one, measured; running it
+        self.passes.policy = self.model
         self.rollouts = self._rollout_engine() if self.args.async_rollouts else None
         self._ahead: Lookahead | None = None
         self.add_sharding_record()
@@ -386,10 +387,13 @@ class R1Trainer(ShardedAsLaunched, StopOnNonFiniteGradients, AsyncRolloutHooks, 
 
     def _save_checkpoint(self, model, trial):
         self._save_rollout_state(trial)
-        if self.picker is not None and self.args.should_save:
-            # Written before the trainer's own files: a checkpoint complete by their standard has it too.
-            folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+        # Written before the trainer's own files: a checkpoint complete by their standard has them too.
+        folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+        if self.args.should_save:
             os.makedirs(folder, exist_ok=True)
+            with open(os.path.join(folder, PASS_STATE), "w") as f:  # the passes measured: a resume takes them too
+                json.dump(self.passes.state_dict(), f)
+        if self.picker is not None and self.args.should_save:
             state = self.picker.state_dict()
             if self._step % self._generate_every and self._state_before_generation is not None:
                 state = self._state_before_generation  # inside a generation block, which a resume regenerates
@@ -399,6 +403,9 @@ class R1Trainer(ShardedAsLaunched, StopOnNonFiniteGradients, AsyncRolloutHooks, 
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         super()._load_optimizer_and_scheduler(checkpoint)
+        if checkpoint is not None and os.path.isfile(os.path.join(checkpoint, PASS_STATE)):
+            with open(os.path.join(checkpoint, PASS_STATE)) as f:  # every rank reads it: the same decisions everywhere
+                self.passes.load_state_dict(json.load(f))
         if self.rollouts is not None and checkpoint is not None:
             self._load_rollout_state(checkpoint)
         if self.picker is None or checkpoint is None:
