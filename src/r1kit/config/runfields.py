@@ -112,6 +112,13 @@ class RunFields(ResumeFields, SealedFields):  # (to_dict never writes a sealed s
             `slurm/evaluate.slurm` with sbatch.
         torch_num_threads (`int` or `None`, defaults to `None`): CPU threads for torch; tiny models run fastest and
             steadiest on 1 (on small VMs, 2 threads can stall).
+        stall_timeout (`float` or `None`, defaults to `None`): seconds a training step (generation, rewards, tools,
+            the update, its evaluations and save) may take; a process whose step has not ended by then is hung (a
+            collective another rank never joined, a generator or tool that never answers): it says in one line what
+            it was doing and exits 75, the last checkpoint intact. `None`: `ddp_timeout` (1800 s).
+        stop_grace_seconds (`float`, defaults to `300.0`): after SIGTERM/SIGINT, seconds the current step may take to
+            end and save; then the process exits 75 unsaved (the last checkpoint intact). Slurm's `--signal=TERM@600`
+            comes 600 s before its kill.
     """
 
     benchmarks: list[str] = field(default_factory=list, metadata={"help": "Benchmarks evaluated on each checkpoint."})
@@ -134,6 +141,12 @@ class RunFields(ResumeFields, SealedFields):  # (to_dict never writes a sealed s
     torch_num_threads: int | None = field(
         default=None, metadata={"help": "CPU threads torch uses (default: torch's choice); 1 suits tiny models."}
     )
+    stall_timeout: float | None = field(
+        default=None, metadata={"help": "Seconds a step may take before the run stops as hung (exit 75); default ddp_timeout."}
+    )
+    stop_grace_seconds: float = field(
+        default=300.0, metadata={"help": "Seconds after SIGTERM/SIGINT for the step to end and save; then exit 75 unsaved."}
+    )
 
     def check_run_fields(self) -> None:
         """The shared fields' own rules, and the trainer fields that transformers checks late or never."""
@@ -144,7 +157,8 @@ class RunFields(ResumeFields, SealedFields):  # (to_dict never writes a sealed s
         check_range(self, [("benchmark_num_samples", ">=", 1), ("benchmark_max_new_tokens", ">=", 1),
                            ("torch_num_threads", ">=", 1), ("learning_rate", ">=", 0),
                            ("per_device_train_batch_size", ">=", 1), ("gradient_accumulation_steps", ">=", 1),
-                           ("warmup_steps", ">=", 0), ("logging_steps", ">", 0), ("save_steps", ">", 0)])
+                           ("warmup_steps", ">=", 0), ("logging_steps", ">", 0), ("save_steps", ">", 0),
+                           ("stall_timeout", ">", 0), ("stop_grace_seconds", ">", 0)])
         if self.max_steps == 0 or self.max_steps < -1:
             raise ConfigError(f"max_steps must be a positive number of steps (or -1 to train num_train_epochs), got {self.max_steps}")
         if self.max_steps == -1 and not self.num_train_epochs > 0:

@@ -325,7 +325,8 @@ class GRPOConfig(RunFields, trl.GRPOConfig):
         weight_sync_steps (`int`, defaults to `1`): optimizer steps between weight updates of the generator
             (TRL's async trainer's name); at most `max_staleness`.
         rollout_timeout (`float`, defaults to `600.0`): seconds one request to the vLLM server may take under
-            async_rollouts before it counts as failed (retried, then the run stops with exit code 75).
+            async_rollouts before it counts as failed (retried, then the run stops with exit code 75), and seconds
+            the trainer waits for any one rollout job (a generator that never answers stops the run, exit 75).
     """
 
     dynamic_sampling: bool = field(
@@ -389,7 +390,7 @@ class GRPOConfig(RunFields, trl.GRPOConfig):
         default=1, metadata={"help": "async_rollouts: optimizer steps between weight updates of the generator."}
     )
     rollout_timeout: float = field(
-        default=600.0, metadata={"help": "async_rollouts: seconds a request to the vLLM server may take."}
+        default=600.0, metadata={"help": "async_rollouts: seconds a rollout request or job may take (then exit 75)."}
     )
 
     def __post_init__(self):

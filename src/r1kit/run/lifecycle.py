@@ -38,6 +38,7 @@ from r1kit.errors import ConfigError
 from r1kit.integrity.tripwires import cut_learning_rate
 from r1kit.loading.modeling import resolve_model_path
 from r1kit.machine import from_main
+from r1kit.run.watchdog import Watchdog
 from r1kit.state import contract, ledger
 from r1kit.state.checkpoints import (
     CHECKPOINT_RECORD,
@@ -167,11 +168,20 @@ class Lifecycle:
         self.pid = os.getpid()
         self.resume: Resume | None = None  # the resume decision (`decide_resume`), as the main process took it
         self.contract: dict | None = None  # what this run records of itself (main process; r1kit.state.contract)
+        self.watchdog: Watchdog | None = None  # the bound on every step, armed when training starts
+        self.bounds = (1800.0, 300.0, 0)  # (stall_timeout, stop_grace_seconds, rank): `bound_by`
+
+    def bound_by(self, args) -> Lifecycle:
+        """The watchdog's bounds from the run's arguments: `stall_timeout` (else `ddp_timeout`), `stop_grace_seconds`."""
+        stall = getattr(args, "stall_timeout", None) or getattr(args, "ddp_timeout", None) or 1800
+        self.bounds = (float(stall), float(getattr(args, "stop_grace_seconds", 300.0)), int(args.process_index))
+        return self
 
     @classmethod
     def for_trainer(cls, trainer) -> Lifecycle:
         """Signals only, for a trainer built without `prepare` (no lock)."""
-        return cls(trainer.args.output_dir, trainer.accelerator.is_main_process, trainer.args.world_size)
+        life = cls(trainer.args.output_dir, trainer.accelerator.is_main_process, trainer.args.world_size)
+        return life.bound_by(trainer.args)
 
     def hold_signals(self) -> None:
         if threading.current_thread() is not threading.main_thread():
@@ -180,9 +190,20 @@ class Lifecycle:
             previous = signal.signal(number, self.on_signal)
             self.previous.setdefault(number, previous)
 
-    def start_training(self) -> None:
+    def start_training(self, step: int = 0) -> None:
         self.phase = "training"
         self.hold_signals()
+        if self.watchdog is None:
+            stall, grace, rank = self.bounds
+            self.watchdog = Watchdog(stall, grace, rank, record=self.record_exit)
+        self.watchdog.start(step)
+        if self.received is not None:  # a signal came while the trainer was built: its grace runs already
+            self.watchdog.stopping(signal.Signals(self.received).name)
+
+    def training_ended(self) -> None:
+        self.phase = "finishing"
+        if self.watchdog is not None:
+            self.watchdog.training_ended()
 
     def on_signal(self, number: int, frame) -> None:
         if os.getpid() != self.pid:  # a forked worker: its old behaviour
@@ -191,6 +212,8 @@ class Lifecycle:
         name = signal.Signals(number).name
         if self.received is None:
             self.received = number
+            if self.watchdog is not None:  # the step has stop_grace_seconds to end and save, then exit 75 unsaved
+                self.watchdog.stopping(name)
             if self.phase == "setup":
                 self.say(f"r1kit: {name} before training started: stopping; nothing to save. The same command "
                          f"starts the run again (exit code {EXIT_INTERRUPTED}).")
@@ -266,6 +289,9 @@ class Lifecycle:
                 if signal.getsignal(number) == self.on_signal:
                     signal.signal(number, console.after_run(previous))
         self.previous = {}
+        if self.watchdog is not None:
+            self.watchdog.stop()
+            self.watchdog = None
         if self.lock is not None:
             self.lock.release()
             self.lock = None
@@ -289,6 +315,7 @@ def begin(training_args) -> Lifecycle:
     if _current is not None:  # an earlier run in this process that ended in an exception
         _current.end()
     life = Lifecycle(training_args.output_dir, training_args.process_index == 0, training_args.world_size)
+    life.bound_by(training_args)
     verdict = None
     if life.is_main:
         try:
@@ -364,7 +391,16 @@ class StopAtStepEnd(TrainerCallback):
             control.should_save = True
             control.should_training_stop = True
             self.life.stopped_at, self.life.stop_signal = state.global_step, stop
+        watchdog = self.life.watchdog
+        if watchdog is not None:
+            watchdog.beat(state.global_step)
+            watchdog.saving = bool(control.should_save)  # the save comes after this callback: a bound waits for it
         return control
+
+    def on_save(self, args, state, control, **kwargs):
+        if self.life.watchdog is not None:
+            self.life.watchdog.saving = False
+            self.life.watchdog.beat(state.global_step)
 
 
 def stop_interrupted(trainer, life: Lifecycle) -> None:

@@ -146,7 +146,7 @@ def train(run: Run) -> dict:
     if run.heldout is not None:  # a signal ends an evaluation at the next token; an interrupted run has no final one
         run.heldout.stop_requested = lambda: life.received is not None
         run.heldout.interrupted = lambda: life.stopped_at is not None
-    life.start_training()  # after the trainer's construction: its JIT checkpoint callback took SIGTERM there
+    life.start_training(trainer.state.global_step)  # after the trainer's construction: its JIT checkpoint callback took SIGTERM there
     tied = TiedKeysAreNotMissing(trainer.model)
     logging.getLogger("transformers.trainer").addFilter(tied)
     try:
@@ -163,7 +163,7 @@ def train(run: Run) -> dict:
         raise
     finally:
         logging.getLogger("transformers.trainer").removeFilter(tied)
-        life.phase = "finishing"
+        life.training_ended()
         for callback in added:
             trainer.remove_callback(callback)
         if own:

@@ -265,8 +265,11 @@ class TransformersGenerator:
             mask[i, width - len(prompt):] = 1
         generator = torch.Generator(device=device).manual_seed(seed)
         sampler = SampleWithOwnGenerator(self.warpers, generator, greedy=not self.sample)
+        # synced_gpus off: this copy is whole on every rank; transformers would otherwise keep the ranks' token loops
+        # in step under ZeRO-3 or FSDP with a collective per token, on this thread, racing the trainer's collectives
         output = self.model.generate(input_ids=ids.to(device), attention_mask=mask.to(device),
-                                     generation_config=self.config, logits_processor=LogitsProcessorList([sampler]))
+                                     generation_config=self.config, logits_processor=LogitsProcessorList([sampler]),
+                                     synced_gpus=False)
         completions = output[:, width:].tolist()
         logprobs = torch.stack(sampler.logprobs, dim=1).tolist() if sampler.logprobs else [[] for _ in prompt_ids]
         rows, row_logps = [], []
@@ -417,7 +420,7 @@ class AsyncRolloutHooks:
                 policy, generation_config=self.generation_config, eos_token_ids=self.eos_token_ids,
                 pad_token_id=self._tokenizer.pad_token_id)
         return RolloutEngine(generator, args.max_staleness, args.weight_sync_steps, args.seed,
-                             self.accelerator.process_index)
+                             self.accelerator.process_index, wait_limit=args.rollout_timeout)
 
     def train(self, *args, **kwargs):
         if self.rollouts is None:

@@ -170,8 +170,10 @@ class RolloutEngine:
     `submit_ahead` (through `Lookahead`), `expect` when a generation batch begins, `take` for its rows, `now` for rows
     of its own choosing, `call` for any work on the generator, and `batch_metrics` once per generation batch."""
 
-    def __init__(self, generator, max_staleness: int = 1, weight_sync_steps: int = 1, seed: int = 0, rank: int = 0):
+    def __init__(self, generator, max_staleness: int = 1, weight_sync_steps: int = 1, seed: int = 0, rank: int = 0,
+                 wait_limit: float = math.inf):
         self.generator = generator
+        self.wait_limit = wait_limit  # seconds the trainer waits for one job (`rollout_timeout`)
         self.max_staleness, self.weight_sync_steps = max_staleness, weight_sync_steps
         self.lookahead = lookahead_batches(max_staleness, weight_sync_steps)
         self.seed, self.rank = seed, rank
@@ -307,6 +309,10 @@ class RolloutEngine:
         while not job.done.wait(POLL_SECONDS):
             if self._thread is None or not self._thread.is_alive():
                 job.error = job.error or GenerationUnavailable("the rollout producer is not running")
+                break
+            if time.perf_counter() - started > self.wait_limit:  # a generator that never answers: the run stops
+                job.error = GenerationUnavailable(f"the rollout generator gave no answer within rollout_timeout "
+                                                  f"({self.wait_limit:g} s)")
                 break
         self._batch["trainer_wait_seconds"] += time.perf_counter() - started
 

@@ -1,0 +1,127 @@
+"""Every wait has a bound, and a stop signal always wins.
+
+A training process can wait forever in places no timeout of its own covers: a collective another rank never joins,
+a generator or a tool call that never answers, a step that never ends after SIGTERM. `Watchdog` is a thread of each
+process that watches its training from outside the wait: every step end beats it (`beat`), and a process whose step
+has not ended within `stall_timeout` seconds, or within `stop_grace_seconds` of a stop signal, is stopped there. It
+writes one line naming its rank, the step and what its main thread was doing (read from the thread's stack: the
+innermost call and the innermost r1kit call, e.g. `all_reduce` from `passchoice.py`), records the interruption, and
+ends the process with exit code 75 without saving anything more: the last checkpoint stays as it was, and the same
+command resumes from it. Every rank has its own watchdog, so each says what it was doing.
+
+A save under way when the bound passes (a checkpoint being written) gets one more grace period: a checkpoint cut in
+half is refused by the resume anyway, but one nearly written is worth the wait.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from r1kit.console import EXIT_INTERRUPTED
+
+POLL_SECONDS = 0.5
+PACKAGE = str(Path(__file__).resolve().parents[1])  # r1kit's own source folder
+
+
+class Watchdog:
+    """The bound on one process's training. `clock` and `exit` are injectable (tests)."""
+
+    def __init__(self, stall_seconds: float, grace_seconds: float, rank: int,
+                 record: Callable[..., None] = lambda **fields: None, clock: Callable[[], float] = time.monotonic,
+                 exit: Callable[[int], None] = os._exit):
+        self.stall_seconds, self.grace_seconds, self.rank = stall_seconds, grace_seconds, rank
+        self.record, self.clock, self.exit = record, clock, exit
+        self.step = 0
+        self.deadline = math.inf
+        self.why = ""
+        self.saving = False  # a checkpoint is being written (set by the run between its step end and its save)
+        self.fired = False
+        self._main = threading.main_thread().ident
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # --- what the run tells it ------------------------------------------------------------------------------------
+    def start(self, step: int = 0) -> None:
+        self.beat(step)
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._watch, name="r1kit-watchdog", daemon=True)
+            self._thread.start()
+
+    def beat(self, step: int) -> None:
+        """A step ended (or training began at `step`): the next has `stall_timeout` seconds, unless a stop signal
+        already set a nearer bound."""
+        self.step = step
+        if not self.why.startswith("a stop signal"):
+            self.deadline, self.why = self.clock() + self.stall_seconds, f"step {step + 1} did not end within " \
+                                                                         f"stall_timeout ({self.stall_seconds:g} s)"
+
+    def stopping(self, signal_name: str) -> None:
+        """A stop signal arrived: the step has `stop_grace_seconds` to end and save."""
+        bound = self.clock() + self.grace_seconds
+        if bound < self.deadline or not self.why.startswith("a stop signal"):
+            self.deadline = min(self.deadline, bound)
+            self.why = f"a stop signal ({signal_name}) came and the step did not end and save within " \
+                       f"stop_grace_seconds ({self.grace_seconds:g} s)"
+
+    def training_ended(self) -> None:
+        """No step to wait for any more: only a stop signal's grace bounds what follows (the final model)."""
+        if not self.why.startswith("a stop signal"):
+            self.deadline, self.why = math.inf, ""
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=5)
+        self._thread = None
+
+    # --- the watch ------------------------------------------------------------------------------------------------
+    def _watch(self) -> None:
+        while not self._stop.wait(POLL_SECONDS):
+            if self.clock() < self.deadline:
+                continue
+            if self.saving and not self.fired:  # one more grace period for a checkpoint being written
+                self.fired = True
+                self.deadline = self.clock() + self.grace_seconds
+                continue
+            self.expire()
+            return
+
+    def expire(self) -> None:
+        doing = activity(self._main)
+        line = (f"r1kit: rank {self.rank}: {self.why}: stopping now, unsaved, at step {self.step}; it was {doing}. "
+                f"The last checkpoint is intact: the same command resumes from it (exit code {EXIT_INTERRUPTED}).")
+        try:
+            os.write(2, (line + "\n").encode())
+        except OSError:
+            pass
+        try:
+            self.record(status="interrupted", unsaved=True, hung=doing, reason=self.why)
+        finally:
+            self.exit(EXIT_INTERRUPTED)
+
+
+def activity(thread_id: int | None) -> str:
+    """What a thread is doing, from its stack: its innermost call, and the innermost call in r1kit's own code."""
+    frame = sys._current_frames().get(thread_id) if thread_id is not None else None
+    if frame is None:
+        return "not running"
+    innermost = where(frame)
+    own = None
+    while frame is not None:
+        if frame.f_code.co_filename.startswith(PACKAGE) and not frame.f_code.co_filename.endswith("watchdog.py"):
+            own = where(frame)
+            break
+        frame = frame.f_back
+    return f"in {innermost}" + (f", called from {own}" if own and own != innermost else "")
+
+
+def where(frame) -> str:
+    path = Path(frame.f_code.co_filename)
+    short = "/".join(path.parts[-2:])
+    return f"{frame.f_code.co_name} ({short}:{frame.f_lineno})"
