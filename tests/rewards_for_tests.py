@@ -150,3 +150,18 @@ def copy_paying(probe: str):
 
 pays_premise, pays_premises, pays_first_quote, pays_numbers, pays_last_sentence = (
     copy_paying(p) for p in ("premise", "premises", "first_quote", "numbers", "last_sentence"))
+
+
+_hanging_calls = 0
+
+
+def hangs_on_rank_1_from_its_second_batch(completions, **kwargs):
+    """`length_variety`, except that on rank 1 its second call never returns (a reward server that stopped
+    answering): rank 0 then waits in the rewards' gather for a rank that never comes."""
+    global _hanging_calls
+    _hanging_calls += 1
+    if os.environ.get("RANK") == "1" and _hanging_calls >= 2:
+        import threading
+
+        threading.Event().wait()
+    return length_variety(completions)

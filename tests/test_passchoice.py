@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 
 import pytest
 
-from r1kit.training.passchoice import BUCKETED, DENSE, PACKED, PassChooser, shape_class
+from r1kit.training.passchoice import BUCKETED, DENSE, PACKED, PassChooser, describe, shape_class
 
 
 def measure(chooser: PassChooser, key, cost: dict[str, float], runs: int) -> list[tuple[str, bool]]:
@@ -161,3 +162,69 @@ def test_without_gradients_a_chunk_takes_the_pass_its_loss_pass_twin_took(tmp_pa
     with torch.no_grad():
         trainer._get_per_token_logps_and_entropies(trainer.model, ids, mask, 10)
     assert ran == [PACKED] and not trainer.passes.timer.running
+
+
+# --- several ranks, one decision; a resume takes the checkpoint's --------------------------------------------------
+def two_ranks_measuring(costs: list[dict[str, float]], chunks: int) -> list[list[tuple[str, bool]]]:
+    """Two choosers, one per simulated rank, each timing its own (different) costs; their `agree` is a max over both,
+    through a barrier, as the all_reduce is. Returns each rank's picks."""
+    barrier = threading.Barrier(2)
+    shared: list[list[float] | None] = [None, None]
+
+    def agree_for(rank: int):
+        def agree(values: list[float]) -> list[float]:
+            shared[rank] = values
+            barrier.wait(timeout=10)
+            agreed = [max(a, b) for a, b in zip(shared[0], shared[1])]
+            barrier.wait(timeout=10)
+            return agreed
+        return agree
+
+    picks: list[list[tuple[str, bool]]] = [[], []]
+
+    def rank(number: int) -> None:
+        chooser = PassChooser([DENSE, BUCKETED, PACKED], agree=agree_for(number))
+        picks[number] = measure(chooser, shape_class(True, 8, None, None), costs[number], chunks)
+
+    threads = [threading.Thread(target=rank, args=(n,)) for n in (0, 1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    return picks
+
+
+def test_ranks_that_time_their_passes_differently_take_one_decision_the_slowest_ranks():
+    # rank 0 finds packed fastest, rank 1 bucketed; by the slower rank's times bucketed wins (2.0 against 3.0)
+    costs = [{DENSE: 4.0, BUCKETED: 2.0, PACKED: 1.0}, {DENSE: 4.0, BUCKETED: 1.0, PACKED: 3.0}]
+    picks = two_ranks_measuring(costs, 10)
+    assert picks[0] == picks[1]  # the same pass at every chunk, measured or decided
+    assert picks[0][:6] == [(DENSE, True), (BUCKETED, True), (PACKED, True)] * 2
+    assert picks[0][6:] == [(BUCKETED, False)] * 4
+
+
+def test_with_several_ranks_a_class_is_decided_at_a_pick_and_never_on_one_ranks_padding():
+    agreed = []
+    chooser = PassChooser([DENSE, PACKED], agree=lambda values: agreed.append(values) or values)
+    key = shape_class(True, 8, None, None)
+    assert describe(key) == "8 rows, every width (agreed by all ranks), loss pass"
+    for _ in range(4):
+        choice, timed = chooser.pick(key)
+        assert not chooser.record(key, choice, {DENSE: 2.0, PACKED: 1.0}[choice], 10)  # (a rank may record early)
+    assert agreed == [] and chooser.decisions() == []
+    assert chooser.pick(key) == (PACKED, False) and agreed == [[2.0, 1.0, 10.0, 10.0]]
+    assert not any(chooser.observe(key, 1.0) for _ in range(50))  # a rank's own real-token share: no re-measuring
+
+
+def test_a_restored_chooser_takes_the_checkpoints_decisions_without_measuring_again():
+    chooser = PassChooser([DENSE, BUCKETED, PACKED])
+    measure(chooser, KEY, {DENSE: 3.0, BUCKETED: 2.0, PACKED: math.inf}, 9)
+    state = json.loads(json.dumps(chooser.state_dict()))  # through JSON, as a checkpoint keeps it
+    restored = PassChooser([DENSE, BUCKETED, PACKED])
+    assert restored.load_state_dict(state) == 1
+    assert restored.pick(KEY) == (BUCKETED, False)
+    assert restored.classes[KEY].uses == chooser.classes[KEY].uses + 1  # counted on from where it was
+    assert restored.decisions()[0]["seconds"] == {DENSE: 3.0, BUCKETED: 2.0, PACKED: None}
+    # A launch that cannot take the saved pass (bucketed stands down under sharding): that class is measured again
+    sharded = PassChooser([DENSE, PACKED])
+    assert sharded.load_state_dict(state) == 0 and sharded.pick(KEY) == (DENSE, True)

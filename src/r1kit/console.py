@@ -210,6 +210,15 @@ def with_outcome(command: Callable[[], int]) -> int:
     return code
 
 
+def exit_now(code: int) -> None:
+    """Ends this process at once with `code` (no cleanup: a thread that found the run hung calls it), its code first
+    written for its launch as `with_outcome` would have written it."""
+    folder = os.environ.get(OUTCOME_DIR_ENV)
+    if folder:
+        _write_outcome(folder, f"code-{os.environ.get('RANK', str(os.getpid()))}", str(code))
+    os._exit(code)
+
+
 def release_process_group() -> None:
     """Destroys the launch's process group when the command ends, in a worker of a multi-process launch: a gloo group
     left to the interpreter's exit can abort the process after the run has ended well ("terminate called without an

@@ -34,11 +34,11 @@ from transformers import TrainerCallback, set_seed
 
 from r1kit import console, credentials, records
 from r1kit.console import EXIT_INTERRUPTED, EXIT_STOPPED
-from r1kit.errors import ConfigError
+from r1kit.errors import ConfigError, one_line
 from r1kit.integrity.tripwires import cut_learning_rate
 from r1kit.loading.modeling import resolve_model_path
 from r1kit.machine import from_main
-from r1kit.run.watchdog import Watchdog
+from r1kit.run.watchdog import Watchdog, failed_in
 from r1kit.state import contract, ledger
 from r1kit.state.checkpoints import (
     CHECKPOINT_RECORD,
@@ -443,6 +443,24 @@ def stop_generation_lost(trainer, life: Lifecycle, error: BaseException) -> None
                f"intact and the same command {where} once the generator is back (exit code {EXIT_INTERRUPTED}).")
     _stop(trainer, life, RunInterrupted(message), status="interrupted", global_step=step, reason="generation failed",
           checkpoint=last, interrupted=now())
+
+
+def stop_peer_lost(trainer, life: Lifecycle, error: BaseException) -> None:
+    """A collective failed because another rank is gone (its watchdog ended it, it crashed, it was killed) or never
+    came within `ddp_timeout`: this rank says in one line what it was doing, the record says interrupted (main
+    process), and `RunInterrupted` is raised (exit 75; a rank that crashed keeps its own code, which the launch
+    reports first). Nothing after the last checkpoint is saved: a save is a collective of every rank."""
+    rank, step = trainer.args.process_index, trainer.state.global_step
+    line = (f"r1kit: rank {rank}: another rank stopped or never came ({one_line(error)[:200]}): stopping, unsaved, "
+            f"after step {step}; it was {failed_in(error)}. The last checkpoint is intact: the same command resumes "
+            f"from it (exit code {EXIT_INTERRUPTED}).")
+    try:
+        os.write(2, ("\n" + line + "\n").encode())
+    except OSError:
+        pass
+    life.record_exit("interrupted", unsaved=True, reason="another rank stopped or never came")
+    life.end()
+    raise RunInterrupted(line)
 
 
 def _stop(trainer, life: Lifecycle, stop: RunStopped, **record) -> None:

@@ -56,8 +56,10 @@ from r1kit.run.lifecycle import (
     stop_generation_lost,
     stop_halted,
     stop_interrupted,
+    stop_peer_lost,
     update_run_record,
 )
+from r1kit.run.watchdog import lost_a_peer
 from r1kit.state import contract, ledger
 from r1kit.state.checkpoints import CHECKPOINT_RECORD, RUN_RECORD, find_resume_checkpoint, read_run_record
 
@@ -157,6 +159,12 @@ def train(run: Run) -> dict:
         stop_before_training(trainer, life, run.checkpoint)
     except GenerationUnavailable as e:  # the generator is gone: exit 75, resumable from the last checkpoint
         stop_generation_lost(trainer, life, e)
+    except Exception as e:
+        if not lost_a_peer(e, trainer.args.world_size):
+            life.record_exit(**ending(e))
+            life.end()
+            raise
+        stop_peer_lost(trainer, life, e)  # another rank is gone: exit 75, resumable from the last checkpoint
     except BaseException as e:
         life.record_exit(**ending(e))
         life.end()  # the run is over: its lock and the signals are let go

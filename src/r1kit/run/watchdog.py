@@ -20,10 +20,11 @@ import os
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 
-from r1kit.console import EXIT_INTERRUPTED
+from r1kit.console import EXIT_INTERRUPTED, exit_now
 
 POLL_SECONDS = 0.5
 PACKAGE = str(Path(__file__).resolve().parents[1])  # r1kit's own source folder
@@ -34,7 +35,7 @@ class Watchdog:
 
     def __init__(self, stall_seconds: float, grace_seconds: float, rank: int,
                  record: Callable[..., None] = lambda **fields: None, clock: Callable[[], float] = time.monotonic,
-                 exit: Callable[[int], None] = os._exit):
+                 exit: Callable[[int], None] = exit_now):
         self.stall_seconds, self.grace_seconds, self.rank = stall_seconds, grace_seconds, rank
         self.record, self.clock, self.exit = record, clock, exit
         self.step = 0
@@ -64,8 +65,8 @@ class Watchdog:
     def stopping(self, signal_name: str) -> None:
         """A stop signal arrived: the step has `stop_grace_seconds` to end and save."""
         bound = self.clock() + self.grace_seconds
-        if bound < self.deadline or not self.why.startswith("a stop signal"):
-            self.deadline = min(self.deadline, bound)
+        if bound < self.deadline:  # (a nearer stall bound keeps its own reason)
+            self.deadline = bound
             self.why = f"a stop signal ({signal_name}) came and the step did not end and save within " \
                        f"stop_grace_seconds ({self.grace_seconds:g} s)"
 
@@ -94,10 +95,11 @@ class Watchdog:
 
     def expire(self) -> None:
         doing = activity(self._main)
-        line = (f"r1kit: rank {self.rank}: {self.why}: stopping now, unsaved, at step {self.step}; it was {doing}. "
-                f"The last checkpoint is intact: the same command resumes from it (exit code {EXIT_INTERRUPTED}).")
+        line = (f"r1kit: rank {self.rank}: {self.why}: stopping now, unsaved, after step {self.step}; it was "
+                f"{doing}. The last checkpoint is intact: the same command resumes from it (exit code "
+                f"{EXIT_INTERRUPTED}).")
         try:
-            os.write(2, (line + "\n").encode())
+            os.write(2, ("\n" + line + "\n").encode())  # (a new line: a progress bar may hold the current one)
         except OSError:
             pass
         try:
@@ -111,17 +113,42 @@ def activity(thread_id: int | None) -> str:
     frame = sys._current_frames().get(thread_id) if thread_id is not None else None
     if frame is None:
         return "not running"
-    innermost = where(frame)
-    own = None
+    stack = []
     while frame is not None:
-        if frame.f_code.co_filename.startswith(PACKAGE) and not frame.f_code.co_filename.endswith("watchdog.py"):
-            own = where(frame)
-            break
+        stack.append((frame, frame.f_lineno))
         frame = frame.f_back
+    return described(stack)
+
+
+def failed_in(error: BaseException) -> str:
+    """Where `error` was raised, as `activity` says it: the innermost call and the innermost r1kit call."""
+    return described(list(reversed(list(traceback.walk_tb(error.__traceback__))))) or "unknown"
+
+
+def described(stack: list) -> str:
+    """`stack`: (frame, line) pairs, innermost first."""
+    if not stack:
+        return ""
+    innermost = where(*stack[0])
+    own = next((where(frame, line) for frame, line in stack
+                if frame.f_code.co_filename.startswith(PACKAGE) and frame.f_code.co_filename != __file__), None)
     return f"in {innermost}" + (f", called from {own}" if own and own != innermost else "")
 
 
-def where(frame) -> str:
-    path = Path(frame.f_code.co_filename)
-    short = "/".join(path.parts[-2:])
-    return f"{frame.f_code.co_name} ({short}:{frame.f_lineno})"
+def where(frame, line: int) -> str:
+    short = "/".join(Path(frame.f_code.co_filename).parts[-2:])
+    return f"{frame.f_code.co_name} ({short}:{line})"
+
+
+def lost_a_peer(error: BaseException, world_size: int) -> bool:
+    """Whether `error` is a collective that failed because another rank is gone or never came (its process ended, a
+    timeout of `ddp_timeout`): the run is interrupted, not failed; the rank that ended first says why."""
+    if world_size <= 1:
+        return False
+    distributed = sys.modules.get("torch.distributed")
+    if distributed is not None and isinstance(error, getattr(distributed, "DistError", ())):
+        return True
+    text = str(error)
+    return isinstance(error, RuntimeError) and any(
+        sign in text for sign in ("Connection closed by peer", "Connection reset by peer", "Broken pipe",
+                                  "Timed out waiting", "timed out", "NCCL communicator was aborted"))
