@@ -56,6 +56,25 @@ def test_env_block_comes_back_from_the_parse_unapplied(tmp_path, monkeypatch):
     assert "R1KIT_TEST_VAR" not in os.environ  # the command applies it (test_cli), parsing writes nothing
 
 
+def test_a_recipes_env_block_cannot_change_what_the_launch_set(monkeypatch):
+    """accelerate launches FSDP through ACCELERATE_USE_FSDP: a recipe's env: block that turned it off would make the
+    run DDP without a word. The launch's variables are the launch's; the same value, or one the launch left unset,
+    is applied."""
+    from r1kit.config.recipe import apply_env
+
+    monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
+    monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", "unset")  # (so that monkeypatch puts it back as it was)
+    monkeypatch.delenv("ACCELERATE_MIXED_PRECISION")
+    with raises_naming("ACCELERATE_USE_FSDP", "'true'", "'false'"):
+        apply_env({"ACCELERATE_USE_FSDP": "false"})
+    assert os.environ["ACCELERATE_USE_FSDP"] == "true"
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with raises_naming("WORLD_SIZE"):
+        apply_env({"WORLD_SIZE": "1"})
+    apply_env({"ACCELERATE_USE_FSDP": "true", "ACCELERATE_MIXED_PRECISION": "no"})
+    assert os.environ["ACCELERATE_MIXED_PRECISION"] == "no"
+
+
 @pytest.mark.parametrize(
     ("key", "suggestion"),
     [("num_generation", "num_generations"), ("learnig_rate", "learning_rate"), ("reward_func", "reward_funcs")],

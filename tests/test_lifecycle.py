@@ -390,6 +390,24 @@ def test_grpo_killed_while_writing_its_final_model_finishes_without_training_pas
     with pytest.raises(lifecycle.RunAlreadyComplete):  # rerun: nothing to do (it used to train step 3, then 4, ...)
         pipeline(*parse_args(args))
     assert not (out / "checkpoint-3").exists()
+    # What the finished run is not: another recipe in its folder, or one that stops before the step it reached, is
+    # refused in one line (exit 2 from the command) before anything loads; a safe change (logging) is the same run.
+    record = (out / "r1kit_run.json").read_bytes()
+    for changed, named in (({"learning_rate": 5.0e-4, "reward_funcs": ["accuracy"]}, ("another recipe", "learning_rate",
+                                                                                        "reward_funcs")),
+                           ({"max_steps": 1}, ("completed at step 2", "max_steps 1"))):
+        folder = tmp_path / f"other-{len(changed)}"
+        folder.mkdir()
+        other = write_recipe(folder, **{**tiny_recipe(tiny_model_dir, math_jsonl, out, max_steps=2, save_steps=2),
+                                        **changed})
+        with raises_naming(*named):
+            pipeline(*parse_args(["--config", str(other)]))
+    quieter = tmp_path / "quieter"
+    quieter.mkdir()
+    with pytest.raises(lifecycle.RunAlreadyComplete):
+        pipeline(*parse_args(["--config", str(write_recipe(quieter, **tiny_recipe(
+            tiny_model_dir, math_jsonl, out, max_steps=2, save_steps=2, logging_steps=2)))]))
+    assert (out / "r1kit_run.json").read_bytes() == record
 
     # A kill while the final model was being written: checkpoint-2 is there, the record still says running.
     lifecycle.update_run_record(str(out), status="running")

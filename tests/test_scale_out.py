@@ -56,7 +56,8 @@ def test_a_shipped_demo_recipe_runs_to_its_end_on_two_ranks(tmp_path, recipe, st
     assert logged_steps(out) == [1, 2, 3]
     assert json.loads((out / "r1kit_run.json").read_text())["status"] == "completed"
     # The measured pass's state travels with the checkpoint, the same for every rank (written once)
-    assert "sets" in json.loads((out / "checkpoint-2" / "r1kit_training_pass.json").read_text())
+    [checkpoint] = out.glob("checkpoint-*")  # (the demo keeps one)
+    assert "sets" in json.loads((checkpoint / "r1kit_training_pass.json").read_text())
     if recipe != "grpo_tools.yaml":  # (the tools demo measures no held-out accuracy)
         heldout = [json.loads(line) for line in (out / "heldout_accuracy.jsonl").read_text().splitlines()]
         assert [row["step"] for row in heldout] == [0, 2, 3] and all(row["n"] == 16 for row in heldout)

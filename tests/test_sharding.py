@@ -127,6 +127,11 @@ def test_an_accelerate_launch_that_started_less_than_its_command_asked_for_is_sa
                          "num_machines: 1\nnum_processes: 2\nuse_cpu: true\n")
     said = sharding.shortfall(ONE, accelerate_command("--config_file", "cpu.yaml", cwd=tmp_path))  # (relative)
     assert "num_processes: 2" in said and "MULTI_CPU" in said and "mpirun" in said
+    # WORLD_SIZE=2 exported by hand: the simple launcher passes it on to its one process, which would wait for a
+    # second rank forever; it is what was started, one process, that counts
+    said = sharding.shortfall(TWO, accelerate_command("--cpu", "--num_processes", "2"))
+    assert all(w in said for w in ("DDP on 2 processes", "started one process", "WORLD_SIZE=2 came from the "
+                                   "environment", "drop --cpu")), said
     # a flag silently wins over the config's sharding
     said = sharding.shortfall(TWO, accelerate_command(*FSDP, "--multi_gpu", "--num_processes", "2"))
     assert "--multi_gpu overrides" in said and "started DDP on 2 processes" in said and "drop --multi_gpu" in said

@@ -62,6 +62,7 @@ from r1kit.config.yaml_limits import load_yaml
 from r1kit.console import shape_warnings
 from r1kit.credentials import redact, seal
 from r1kit.errors import ConfigError, one_line
+from r1kit.launching.sharding import requested, shortfall
 
 GRPO_TYPES = (GRPOScriptArguments, GRPOConfig, ModelConfig)
 SFT_TYPES = (SFTScriptArguments, SFTConfig, ModelConfig)
@@ -94,10 +95,23 @@ class ParsedRecipe:
     explicit: set[str]
 
 
+# Variables a launcher sets for its workers: what they shape (processes, ranks, sharding, precision) is the launch's
+LAUNCH_VARIABLE_PREFIXES = ("ACCELERATE_", "FSDP_", "WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
+                            "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_")
+
+
 def apply_env(env: dict[str, str]) -> None:
     """Exports a recipe's `env:` block (the command does this before it parses the dataclasses). Variables that change
     which code processes load (`LD_PRELOAD`, `PYTHONPATH`, ...) are applied too (a recipe is code: it names reward
-    functions to import), but named: in a warning now and in the start-up block (`loader_variables_line`)."""
+    functions to import), but named: in a warning now and in the start-up block (`loader_variables_line`). A variable
+    the launch set (`ACCELERATE_USE_FSDP`, `WORLD_SIZE`, ...) is the launch's: a recipe that would change it (FSDP
+    silently turned into DDP) is refused in one line."""
+    for name, value in env.items():
+        launched = os.environ.get(name)
+        if name.startswith(LAUNCH_VARIABLE_PREFIXES) and launched is not None and launched != value:
+            raise ConfigError(f"env: {name} is set by the launch ({launched!r}) and the recipe would change it to "
+                              f"{value!r}, so the run would not be the one launched; drop it from the recipe's env: "
+                              "block and choose it at the launch (its accelerate config or flags)")
     os.environ.update(env)
     APPLIED_LOADER_VARIABLES[:] = loader_variables(env)
     if APPLIED_LOADER_VARIABLES:
@@ -309,6 +323,10 @@ def parse_recipe(command: CommandLine, dataclass_types: tuple = GRPO_TYPES, worl
         hint = f"; to read a recipe, write --config {recipe_file}" if recipe_file else "; options are --key value"
         raise ConfigError(f"unexpected argument(s) {stray}{hint}")
     launched = int(os.environ.get("WORLD_SIZE") or 1)
+    if launched > 1:  # building the arguments joins the process group: a launch that started fewer would wait there
+        short = shortfall(requested(namespace))
+        if short:
+            raise ConfigError(short)
     if GRPOConfig in dataclass_types:
         check_generation_batch(vars(namespace), world_size or launched)
     checked_elsewhere = (GRPOConfig in dataclass_types and world_size not in (None, launched)

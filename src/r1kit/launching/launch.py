@@ -130,7 +130,7 @@ def launch(command: list[str]) -> int:
                 signal.signal(number, handler)
         workers, codes = read(folder, "pid-"), read(folder, "code-")
     code = outcome(codes, len(workers), bool(stops.received), returned)
-    if code != returned:
+    if code != returned and code != 2:  # (a configuration error: the worker's one line said it all)
         say(f"r1kit launch: {' '.join(command[:2])} ended with {returned}; its {len(codes)} r1kit worker(s) exited "
             f"{sorted(set(codes.values()))}: exit code {code} ({meaning(code)})")
     return code
@@ -174,7 +174,8 @@ def caught(run) -> int:
     except Exception as e:  # noqa: BLE001 - a worker's failure, as the launcher raises it (ChildFailedError): the
         # workers' own codes say more. Anything else (a rendezvous port in use, a bad flag) failed before any worker
         # ran: said in one line, or the run would end with exit 1 and nothing printed.
-        if type(e).__name__ != "ChildFailedError":
+        # accelerate's simple launcher raises CalledProcessError for its one worker, which said why itself
+        if type(e).__name__ not in ("ChildFailedError", "CalledProcessError"):
             say(f"r1kit launch: the launcher failed before its workers ran: {one_line(e)}")
         return 1
     return 0

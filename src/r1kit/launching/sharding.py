@@ -221,6 +221,15 @@ class Asked:
         return None
 
     @property
+    def simple(self) -> bool:
+        """Whether accelerate started this process with its simple launcher (one process, whatever --num_processes
+        says): under --cpu, or with neither a multi-process flag nor a multi-process config on a machine without 2
+        GPUs. (With GPUs and neither, accelerate may choose its multi-GPU launcher itself: not told here.)"""
+        if self.flag == "--cpu":
+            return True
+        return self.flag is None and self.config_type in (None, "MULTI_CPU", "NO") and not has_cuda()
+
+    @property
     def overridden(self) -> bool:
         """Whether a flag replaced the sharding the config file asked for (accelerate lets the flag win, silently)."""
         # (a flag given over accelerate's default config is taken as the user's choice)
@@ -292,12 +301,18 @@ def shortfall(launch: Launch, started_by: tuple[list[str], str] | None = None) -
     asked = asked_of(arguments, started_by[1]) if arguments is not None else None
     if asked is None:
         return None
-    fewer = asked.processes is not None and asked.processes > launch.world
+    # The simple launcher starts one process: a WORLD_SIZE above 1 there came from the environment, not from it, and
+    # the process would wait for ranks nobody starts
+    inherited = asked.simple and launch.world > 1
+    started = 1 if inherited else launch.world
+    fewer = asked.processes is not None and asked.processes > started
     if not (fewer or asked.overridden):
         return None
     n = asked.processes
     want = (asked.sharding or "DDP") + (f" on {n} process{'es' if n != 1 else ''}" if n else "")
-    got = launch.name + ("" if launch.world == 1 else f" on {launch.world} processes")
+    got = ("one process" if inherited else launch.name) + ("" if started == 1 else f" on {started} processes")
+    if inherited:
+        got += f" (its WORLD_SIZE={launch.world} came from the environment, which the simple launcher passes on)"
     simple = "starts one process, leaving the others to mpirun"
     if asked.overridden:
         why = f"{asked.flag} overrides the config's distributed_type: {asked.config_type}"

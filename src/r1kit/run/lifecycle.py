@@ -306,7 +306,7 @@ def current() -> Lifecycle | None:
     return _current
 
 
-def begin(training_args) -> Lifecycle:
+def begin(training_args, recipe: tuple = ()) -> Lifecycle:
     """Takes the output folder for this run (the main process locks it) and the stop signals. Raises ConfigError when
     another run holds the folder, `RunAlreadyComplete` when `resume: auto` finds a completed run with nothing more to
     train, `RunHalted` when a tripwire stopped the run and `resume_after_stop` is not set; every process raises alike
@@ -324,7 +324,8 @@ def begin(training_args) -> Lifecycle:
             verdict = held_by_tripwire(training_args)
             if verdict is None and training_args.resume == "auto":
                 done = completed_run(training_args.output_dir, training_args.max_steps, training_args.num_train_epochs)
-                verdict = ("complete", done) if done else None
+                refused = finished_run_refusal(training_args, recipe) if done else None
+                verdict = ("error", refused) if refused else ("complete", done) if done else None
         except ConfigError as e:
             verdict = ("error", str(e))
     verdict = from_main(verdict, training_args.world_size)
@@ -339,6 +340,14 @@ def begin(training_args) -> Lifecycle:
     life.hold_signals()
     _current = life
     return life
+
+
+def finished_run_refusal(training_args, recipe: tuple) -> str | None:
+    """Why this recipe may not call a completed run in its output folder its own (`contract.finished_run_refusal`)."""
+    record = read_run_record(training_args.output_dir)
+    current = current_contract(training_args, recipe) if recipe and "recipe" in record else {}
+    return contract.finished_run_refusal(record, current, training_args.max_steps, int(record["global_step"]),
+                                         training_args.output_dir)
 
 
 def held_by_tripwire(training_args) -> tuple[str, str] | None:

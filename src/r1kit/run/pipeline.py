@@ -110,7 +110,7 @@ def prepare(training_args: RunFields, check: Callable[[], None], recipe: tuple =
     setup_logging(training_args)
     log_process(training_args)
     check()
-    life = begin(training_args)
+    life = begin(training_args, recipe)
     decision = from_main(decide_resume(training_args, recipe) if life.is_main else None, training_args.world_size)
     if decision.error:
         life.end()

@@ -318,3 +318,27 @@ def keep_checkpoint_values(recipe: tuple, keep: dict[str, Any]) -> None:
                 current = getattr(obj, name)
                 setattr(obj, name, type(current)(value) if isinstance(current, Enum) else value)
                 break
+
+
+def finished_run_refusal(saved: dict, current: dict, max_steps: int, reached: int, output_dir: str) -> str | None:
+    """Why a recipe may not take a completed run's folder as its own, or None when it is that run's (then nothing is
+    left to do, exit 0): a `max_steps` below the step the run reached (it would look finished at a step it is not
+    at), or any change that is not safe (another model, dataset, recipe) against the run's record."""
+    if max_steps > 0 and max_steps < reached:
+        return (f"output_dir: {output_dir} holds a run completed at step {reached}, past this recipe's max_steps "
+                f"{max_steps}; it cannot be made to have stopped earlier: choose another output_dir, or resume: never "
+                "to start over there")
+    if "recipe" not in saved:  # recorded by an r1kit that kept no recipe: nothing to compare
+        return None
+    changes = [c for c in compare(saved, current) if c.kind != SAFE and c.name != "max_steps"]
+    if not changes:
+        return None
+    named = ", ".join(f"{c.name} {shown_value(c.old)} -> {shown_value(c.new)}" for c in changes[:4])
+    more = f" and {len(changes) - 4} more" if len(changes) > 4 else ""
+    return (f"output_dir: {output_dir} holds a completed run of another recipe ({named}{more}); choose another "
+            "output_dir, or resume: never to start over there")
+
+
+def shown_value(value: Any) -> str:
+    text = json.dumps(value, default=str) if not isinstance(value, str) else value
+    return text if len(text) <= 60 else text[:57] + "..."
