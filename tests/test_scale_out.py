@@ -8,15 +8,19 @@ Each launch takes both cores for ~40 s: one recipe variant per strategy, not eve
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from r1kit.console import EXIT_COMPLETED, EXIT_INTERRUPTED
-from tests.helpers import tiny_recipe, write_recipe
-from tests.test_launch import STARTUP_SECONDS, Launch
+from tests.helpers import descendants, tiny_recipe, write_recipe
+from tests.test_launch import SLOW, STARTUP_SECONDS, Launch, workers_of
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "recipes" / "demo"
@@ -106,3 +110,52 @@ def test_sigterm_wins_over_a_hung_step_within_stop_grace_seconds(tmp_path, tiny_
     assert_both_ranks_stopped_unsaved(launch.finish(120), launch.log, out,
                                       "a stop signal (SIGTERM) came and the step did not end and save within "
                                       "stop_grace_seconds (5 s)")
+
+
+def alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie left to an init that does not reap it has ended)."""
+    try:
+        state = next(line for line in Path(f"/proc/{pid}/status").read_text().splitlines() if line.startswith("State:"))
+    except (OSError, StopIteration):
+        return False
+    return "Z" not in state.split()[1]
+
+
+@pytest.mark.slow
+def test_workers_stop_when_their_launch_is_killed(tmp_path, tiny_model_dir, math_jsonl):
+    """`kill -9` of `r1kit launch`'s process group: torch's agent started each worker in a session of its own, and they
+    trained on to the end (recording `completed`) into a folder a rerun would race them for."""
+    out = tmp_path / "out"
+    recipe = write_recipe(tmp_path, **tiny_recipe(tiny_model_dir, math_jsonl, out, max_steps=200, save_steps=1000,
+                                                  use_cpu=True, per_device_train_batch_size=4, num_generations=4,
+                                                  reward_funcs=SLOW))
+    log = tmp_path / "launch.log"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    env.pop("MASTER_PORT", None)
+    with log.open("w") as sink:
+        launch = subprocess.Popen([sys.executable, "-m", "r1kit", "launch", "torchrun", "--standalone",
+                                   "--nproc_per_node", "2", "-m", "r1kit", "grpo", "--config", str(recipe)],
+                                  cwd=REPO, env=env, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + STARTUP_SECONDS
+        while "{'loss'" not in log.read_text() and time.monotonic() < deadline and launch.poll() is None:
+            time.sleep(0.5)
+        assert "{'loss'" in log.read_text(), log.read_text()[-4000:]
+        workers = workers_of(launch.pid)
+        assert sorted(workers) == [0, 1], workers
+        os.killpg(launch.pid, signal.SIGKILL)  # the launch's group: the launcher, not the workers' own sessions
+        launch.wait(timeout=30)
+        deadline = time.monotonic() + 60
+        while any(alive(pid) for pid in workers.values()) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not any(alive(pid) for pid in workers.values()), log.read_text()[-4000:]
+    finally:
+        for pid in descendants(launch.pid) | {launch.pid}:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+    said = log.read_text()
+    assert "its launcher (pid" in said and "is gone: stopping now" in said, said[-4000:]
+    record = json.loads((out / "r1kit_run.json").read_text())
+    assert record["status"] == "interrupted" and record["unsaved"] is True

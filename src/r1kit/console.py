@@ -27,6 +27,7 @@ EXIT_COMPLETED = 0
 EXIT_STOPPED = 3  # a tripwire stopped the run: not resumable as it is (r1kit_run.json: "stopped")
 EXIT_INTERRUPTED = 75  # sysexits.h EX_TEMPFAIL: interrupted, resumable; the same command continues the run
 OUTCOME_DIR_ENV = "R1KIT_OUTCOME_DIR"  # set by `r1kit launch` for its workers
+STARTED_BY = os.getppid()  # the process that started this one: a worker's launcher (`r1kit.run.watchdog.watch_launcher`)
 TRAINING_COMMANDS = ("grpo", "sft")
 
 

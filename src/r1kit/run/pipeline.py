@@ -59,7 +59,7 @@ from r1kit.run.lifecycle import (
     stop_peer_lost,
     update_run_record,
 )
-from r1kit.run.watchdog import lost_a_peer
+from r1kit.run.watchdog import lost_a_peer, watch_launcher
 from r1kit.state import contract, ledger
 from r1kit.state.checkpoints import CHECKPOINT_RECORD, RUN_RECORD, find_resume_checkpoint, read_run_record
 
@@ -110,6 +110,9 @@ def prepare(training_args: RunFields, check: Callable[[], None], recipe: tuple =
     setup_logging(training_args)
     log_process(training_args)
     check()
+    if training_args.world_size > 1:  # a worker whose launcher is killed stops too
+        watch_launcher(training_args.process_index,
+                       record=lambda **fields: current() is not None and current().record_exit(**fields))
     life = begin(training_args, recipe)
     decision = from_main(decide_resume(training_args, recipe) if life.is_main else None, training_args.world_size)
     if decision.error:

@@ -24,7 +24,7 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
-from r1kit.console import EXIT_INTERRUPTED, exit_now
+from r1kit.console import EXIT_INTERRUPTED, STARTED_BY, exit_now
 
 POLL_SECONDS = 0.5
 PACKAGE = str(Path(__file__).resolve().parents[1])  # r1kit's own source folder
@@ -152,3 +152,34 @@ def lost_a_peer(error: BaseException, world_size: int) -> bool:
     return isinstance(error, RuntimeError) and any(
         sign in text for sign in ("Connection closed by peer", "Connection reset by peer", "Broken pipe",
                                   "Timed out waiting", "timed out", "NCCL communicator was aborted"))
+
+
+def watch_launcher(rank: int, launcher: int = STARTED_BY, exit: Callable[[int], None] = exit_now,
+                   poll_seconds: float = 1.0, record: Callable[..., None] = lambda **fields: None
+                   ) -> threading.Thread | None:
+    """A worker of a multi-process launch stops at once when its launcher is gone (`kill -9` of `r1kit launch`'s
+    process group: torch's agent starts each worker in a session of its own, so nothing else reaches them, and they
+    trained on to the end, racing any rerun on the same folder). Checked from a thread, every `poll_seconds`: the
+    worker's parent is no longer the process that started it. Exit 75 unsaved: the last checkpoint stays intact."""
+    if launcher <= 1:
+        return None
+
+    def watch() -> None:
+        while True:
+            time.sleep(poll_seconds)
+            if os.getppid() != launcher:
+                line = (f"r1kit: rank {rank}: its launcher (pid {launcher}) is gone: stopping now, unsaved; the last "
+                        f"checkpoint is intact and the same command resumes from it (exit code {EXIT_INTERRUPTED}).")
+                try:
+                    os.write(2, ("\n" + line + "\n").encode())
+                except OSError:
+                    pass
+                try:
+                    record(status="interrupted", unsaved=True, reason="its launcher is gone")
+                finally:
+                    exit(EXIT_INTERRUPTED)
+                return
+
+    thread = threading.Thread(target=watch, name="r1kit-launcher-watch", daemon=True)
+    thread.start()
+    return thread
