@@ -12,7 +12,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from r1kit.state.checkpoints import find_resume_checkpoint
+from r1kit.state.checkpoints import find_resume_checkpoint, sharding_refusal
 from tests.helpers import raises_naming
 
 
@@ -62,6 +62,53 @@ def test_sharded_weights_are_checked_shard_by_shard(tmp_path):
     (newest / "model.safetensors.index.json").write_text(json.dumps(
         {"weight_map": {"w": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}}))
     assert find_resume_checkpoint(str(tmp_path), "auto") == str(older)  # the second shard is missing
+
+
+def write_deepspeed_checkpoint(folder: Path, step: int = 4, ranks: int = 2) -> Path:
+    """A checkpoint as DeepSpeed's ZeRO writes one through transformers: `latest`, and per rank a model and an
+    optimizer state (torch zip files) in `global_stepN/`."""
+    folder.mkdir(parents=True)
+    (folder / "trainer_state.json").write_text(json.dumps({"global_step": step}))
+    (folder / "latest").write_text(f"global_step{step}")
+    states = folder / f"global_step{step}"
+    states.mkdir()
+    for rank in range(ranks):
+        torch.save({"module": {"w": torch.ones(64)}}, states / f"zero_pp_rank_{rank}_mp_rank_00_model_states.pt")
+        torch.save({"optimizer_state_dict": {"exp_avg": torch.zeros(256)}},
+                   states / f"bf16_zero_pp_rank_{rank}_mp_rank_00_optim_states.pt")
+    return folder
+
+
+@pytest.mark.parametrize("damage", [
+    lambda states: truncate(states / "bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt"),
+    lambda states: (states / "zero_pp_rank_0_mp_rank_00_model_states.pt").write_bytes(b"garbage"),
+    lambda states: (states / "bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt").unlink(),
+    lambda states: states.rename(states.with_name("elsewhere")),  # `latest` names a tag that is gone
+], ids=["truncated", "garbage", "a rank missing", "latest dangling"])
+def test_a_damaged_deepspeed_checkpoint_falls_back_to_the_one_before(tmp_path, caplog, damage):
+    """Every requeue of a run whose newest ZeRO-3 shard was truncated crashed on both ranks: DeepSpeed's files were
+    not checked, as FSDP's shards are."""
+    older = write_deepspeed_checkpoint(tmp_path / "checkpoint-2", step=2)
+    newest = write_deepspeed_checkpoint(tmp_path / "checkpoint-4", step=4)
+    damage(newest / "global_step4")
+    with caplog.at_level(logging.WARNING):
+        assert find_resume_checkpoint(str(tmp_path), "auto") == str(older)
+    assert "Skipping checkpoint" in caplog.text and "checkpoint-4" in caplog.text
+
+
+def test_a_sharded_checkpoint_resumes_only_on_the_engine_and_ranks_it_was_saved_by(tmp_path):
+    zero = write_deepspeed_checkpoint(tmp_path / "zero" / "checkpoint-4")
+    fsdp = write_checkpoint(tmp_path / "fsdp" / "checkpoint-4")
+    (fsdp / "pytorch_model_fsdp_0").mkdir()
+    for rank in range(2):
+        torch.save({"cpu": torch.get_rng_state()}, fsdp / f"rng_state_{rank}.pth")
+    whole = write_checkpoint(tmp_path / "whole" / "checkpoint-4")
+    assert sharding_refusal(zero, "deepspeed", 2) is None and sharding_refusal(fsdp, "fsdp", 2) is None
+    for path, engine, world in ((zero, None, 1), (zero, "deepspeed", 4), (fsdp, None, 1), (fsdp, "fsdp", 4),
+                                (fsdp, "deepspeed", 2)):
+        said = sharding_refusal(path, engine, world)
+        assert said and "2 rank(s)" in said and "resume: never" in said, (path, engine, world)
+    assert sharding_refusal(whole, "fsdp", 4) is None  # whole weights: any launch loads them
 
 
 def test_a_checkpoint_without_optimizer_or_scheduler_needs_an_explicit_choice(tmp_path, caplog):

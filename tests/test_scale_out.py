@@ -62,6 +62,15 @@ def test_a_shipped_demo_recipe_runs_to_its_end_on_two_ranks(tmp_path, recipe, st
     # The measured pass's state travels with the checkpoint, the same for every rank (written once)
     [checkpoint] = out.glob("checkpoint-*")  # (the demo keeps one)
     assert "sets" in json.loads((checkpoint / "r1kit_training_pass.json").read_text())
+    if strategy != "ddp":  # sharded: one process cannot take it on, even told to take the recipe's changes
+        from r1kit.config.recipe import GRPO_TYPES, parse_args
+        from r1kit.grpo import pipeline
+        from tests.helpers import raises_naming
+
+        engine = {"fsdp2": "FSDP", "zero3": "DeepSpeed"}[strategy]
+        with raises_naming(f"sharded by {engine} over 2 rank(s)", "resume: never"):
+            pipeline(*parse_args(["--config", str(DEMO / recipe), *SHORT, "--max_steps", "5", "--output_dir", str(out),
+                                  "--resume_changes", "recipe"], None, GRPO_TYPES))
     if recipe != "grpo_tools.yaml":  # (the tools demo measures no held-out accuracy)
         heldout = [json.loads(line) for line in (out / "heldout_accuracy.jsonl").read_text().splitlines()]
         assert [row["step"] for row in heldout] == [0, 2, 3] and all(row["n"] == 16 for row in heldout)

@@ -36,6 +36,7 @@ from r1kit import console, credentials, records
 from r1kit.console import EXIT_INTERRUPTED, EXIT_STOPPED
 from r1kit.errors import ConfigError, one_line
 from r1kit.integrity.tripwires import cut_learning_rate
+from r1kit.launching.sharding import requested
 from r1kit.loading.modeling import resolve_model_path
 from r1kit.machine import from_main
 from r1kit.run.watchdog import Watchdog, failed_in
@@ -46,6 +47,7 @@ from r1kit.state.checkpoints import (
     completed_run,
     find_resume_checkpoint,
     read_run_record,
+    sharding_refusal,
 )
 
 logger = logging.getLogger(__name__)
@@ -558,6 +560,9 @@ def decide_resume(training_args, recipe: tuple) -> Resume:
         if archived:
             logger.warning("Starting at step 0: the tripwire decisions of the run before moved to %s.", archived)
         return Resume()
+    refused = sharding_refusal(Path(checkpoint), requested(training_args).engine, training_args.world_size)
+    if refused:
+        return Resume(error=refused)
     decision = Resume(checkpoint=checkpoint)
     if recipe:
         decision.identity = identity(recipe)

@@ -49,8 +49,8 @@ def checkpoint_problem(path: Path) -> str | None:
         json.loads(state.read_text())
     except (OSError, ValueError):
         return "trainer_state.json is unreadable (half-written?)"
-    if any(path.glob("global_step*")):  # a DeepSpeed checkpoint: its own engine checks its files
-        return None
+    if any(path.glob("global_step*")):  # a DeepSpeed checkpoint: every rank's model and optimizer files
+        return deepspeed_checkpoint_problem(path)
     sharded = sorted(p for p in path.glob(f"{FSDP_SHARDED_PREFIX}*") if p.is_dir())
     if sharded:  # FSDP's sharded state dict: each folder a torch.distributed.checkpoint, every rank's shard in it
         for folder in sharded + sorted(p for p in path.glob("optimizer_*") if p.is_dir()):
@@ -91,6 +91,80 @@ def distributed_checkpoint_problem(folder: Path) -> str | None:
         if file.stat().st_size < end:
             return f"{folder.name}/{name} is truncated ({file.stat().st_size} bytes where its metadata needs {end})"
     return None
+
+
+DEEPSPEED_STATE = re.compile(r"^(?:\w+_)?zero_pp_rank_(\d+)_mp_rank_\d+_(model|optim)_states\.pt$")
+
+
+def deepspeed_checkpoint_problem(path: Path) -> str | None:
+    """Whether a DeepSpeed checkpoint is whole: the tag `latest` names is there, with a model and an optimizer file
+    for each rank 0..N-1, each a torch (zip) file whose members all lie inside it (a truncated file loses its central
+    directory or its last members; read from the end, not loaded)."""
+    tag = (path / "latest").read_text().strip() if (path / "latest").is_file() else None
+    folders = [path / tag] if tag else sorted(p for p in path.glob("global_step*") if p.is_dir())
+    if not folders or not folders[-1].is_dir():
+        return f"its latest names {tag}, which is missing"
+    folder = folders[-1]
+    ranks: dict[str, set[int]] = {"model": set(), "optim": set()}
+    for file in folder.iterdir():
+        match = DEEPSPEED_STATE.match(file.name)
+        if match:
+            ranks[match.group(2)].add(int(match.group(1)))
+            problem = zip_problem(file)
+            if problem:
+                return f"{folder.name}/{problem}"
+    world = len(ranks["optim"])
+    if not world or ranks["optim"] != set(range(world)):
+        return f"{folder.name} holds optimizer states of ranks {sorted(ranks['optim'])}, not 0..N-1"
+    if ranks["model"] and ranks["model"] != set(range(world)):
+        return f"{folder.name} holds model states of ranks {sorted(ranks['model'])}, optimizer states of 0..{world - 1}"
+    return None
+
+
+def zip_problem(file: Path) -> str | None:
+    """Whether a torch file (a zip archive) is whole, from its central directory: each member's data ends in the
+    file."""
+    import zipfile
+
+    try:
+        size = file.stat().st_size
+        with zipfile.ZipFile(file) as archive:
+            for member in archive.infolist():
+                if member.header_offset + len(member.filename) + 30 + member.compress_size > size:
+                    return f"{file.name} is truncated"
+    except (OSError, zipfile.BadZipFile, ValueError):
+        return f"{file.name} is truncated or not a torch file"
+    return None
+
+
+def sharded_state(path: Path) -> tuple[str, int] | None:
+    """(the engine, the number of ranks) a checkpoint's model and optimizer are sharded over: a DeepSpeed checkpoint
+    (`deepspeed`, its optimizer files), an FSDP sharded state dict (`fsdp`, its ranks' RNG files); None for whole
+    weights, which any launch loads."""
+    tag = (path / "latest").read_text().strip() if (path / "latest").is_file() else None
+    folders = [path / tag] if tag else sorted(p for p in path.glob("global_step*") if p.is_dir())
+    if folders and folders[-1].is_dir():
+        return "deepspeed", sum(1 for f in folders[-1].iterdir() if (m := DEEPSPEED_STATE.match(f.name))
+                                and m.group(2) == "optim")
+    if any(p.is_dir() for p in path.glob(f"{FSDP_SHARDED_PREFIX}*")):
+        return "fsdp", max(1, len(list(path.glob("rng_state_*.pth"))))
+    return None
+
+
+def sharding_refusal(path: Path, engine: str | None, world: int) -> str | None:
+    """Why a launch of `engine` (`fsdp`, `deepspeed` or None) on `world` ranks cannot resume `path` exactly, or None:
+    neither transformers nor r1kit reshards a sharded model and optimizer for another world size or engine (FSDP
+    across sizes failed with a ValueError or "metadata is None"; ZeRO-3 on a plain process dropped Adam's state
+    without a word)."""
+    saved = sharded_state(path)
+    if saved is None or saved == (engine, world):
+        return None
+    kind, ranks = saved
+    name = {"deepspeed": "DeepSpeed", "fsdp": "FSDP"}[kind]
+    now = {"deepspeed": "DeepSpeed", "fsdp": "FSDP"}.get(engine or "", "no sharding")
+    return (f"resume: {path} holds its model and optimizer sharded by {name} over {ranks} rank(s); this launch has "
+            f"{now} on {world}: nothing reshards them, so the run would not continue as it was. Launch it as it was "
+            f"saved ({name} on {ranks} rank(s)), or resume: never to start over")
 
 
 def file_problem(file: Path) -> str | None:
