@@ -154,6 +154,21 @@ def test_a_slow_generator_makes_the_trainer_wait_and_nothing_else(engine):
     assert len(result[0][0]) == 4 and engine.totals["failed_jobs"] == 0
 
 
+def test_a_generator_that_never_answers_stops_the_run_after_rollout_timeout_without_retries(engine, monkeypatch):
+    """A hung generator (a local generate that never returns) held the trainer forever: the wait is bounded by
+    `rollout_timeout`, and the stuck call is not retried behind itself."""
+    monkeypatch.setattr(rollouts, "POLL_SECONDS", 0.01)
+    stage(engine, 0)
+    engine.wait_limit = 0.2
+    engine.generator.gate = threading.Event()  # never set while the trainer waits
+    try:
+        with pytest.raises(GenerationUnavailable, match=r"no answer within rollout_timeout \(0.2 s\)"):
+            engine.now(ROWS, 2, step=0)
+        assert engine.totals["retries"] == 0
+    finally:
+        engine.generator.gate.set()
+
+
 def test_sampling_is_seeded_by_the_batch_so_a_rerun_draws_the_same(engine):
     stage(engine, 0)
     engine.submit_ahead(("b0",), ROWS, 2)

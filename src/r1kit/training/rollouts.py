@@ -311,9 +311,10 @@ class RolloutEngine:
                 job.error = job.error or GenerationUnavailable("the rollout producer is not running")
                 break
             if time.perf_counter() - started > self.wait_limit:  # a generator that never answers: the run stops
-                job.error = GenerationUnavailable(f"the rollout generator gave no answer within rollout_timeout "
-                                                  f"({self.wait_limit:g} s)")
-                break
+                self._batch["trainer_wait_seconds"] += time.perf_counter() - started
+                # (not retried: the producer is stuck in the call, and a retry would queue behind it)
+                raise GenerationUnavailable(f"the rollout generator gave no answer within rollout_timeout "
+                                            f"({self.wait_limit:g} s)")
         self._batch["trainer_wait_seconds"] += time.perf_counter() - started
 
     def _enqueue(self, job: Job) -> Job:
