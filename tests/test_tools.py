@@ -358,6 +358,76 @@ def test_r1kits_compact_tool_template_renders_a_tool_conversation_and_parses_its
     assert rendered == prompt + reply  # the call renders back as written: generation and training see the same text
 
 
+# --- the model's turns are hostile input: a call that cannot be parsed or taken is plain text ----------------------
+def call_reply(arguments: str, name: str = '"python"') -> str:
+    return '<tool_call>{"name": ' + name + ', "arguments": ' + arguments + '}</tool_call><|im_end|>'
+
+
+HOSTILE_TURNS = {
+    "arguments nested 600 deep": call_reply('{"a":' * 600 + "1" + "}" * 600),  # TRL's parser: RecursionError
+    "code nested 600 deep": call_reply('{"code": ' + "[" * 600 + "]" * 600 + "}"),
+    "arguments 17 deep": call_reply('{"a":' * 17 + "1" + "}" * 17),
+    "a list for arguments": call_reply("[1, 2]"),
+    "a string for arguments": call_reply('"print(1)"'),
+    "an empty name": call_reply('{"code": "print(1)"}', name='""'),
+    "two megabytes of arguments": call_reply('{"code": "' + "x" * (2 << 20) + '"}'),
+    "a lone surrogate": call_reply('{"code": "\\ud800"}'),
+    "ten thousand arguments": call_reply("{" + ", ".join(f'"k{i}": {i}' for i in range(10_001)) + "}"),
+}
+
+
+@pytest.fixture(scope="module")
+def tool_parsing():
+    from trl.chat_template_utils import parse_response
+
+    from r1kit.loading.modeling import build_char_tokenizer, set_chat_template
+    from r1kit.training.tools import checked_response
+
+    tokenizer = build_char_tokenizer()
+    set_chat_template(tokenizer, "r1kit-tools")
+    tools = [python_environment(LIMITS, Recording())().python]
+    prompt = tokenizer.apply_chat_template([{"role": "user", "content": "What is 482 * 731?"}], tools=tools,
+                                           tokenize=False, add_generation_prompt=True)
+    prefix = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    checked = checked_response(parse_response)
+    return lambda reply: checked(tokenizer, tokenizer(reply, add_special_tokens=False)["input_ids"], prefix=prefix,
+                                 tools=tools)
+
+
+@pytest.mark.parametrize("name", list(HOSTILE_TURNS))
+def test_a_turn_whose_calls_cannot_be_parsed_or_taken_is_plain_text_with_no_call(tool_parsing, name):
+    from r1kit.training import tools
+
+    before = tools.UNPARSED_TURNS[0]
+    parsed = tool_parsing(HOSTILE_TURNS[name])
+    assert "tool_calls" not in parsed and python_calls([parsed]) == []
+    assert isinstance(parsed["content"], str) and parsed["content"].startswith("<tool_call>")
+    parsed["content"].encode("utf-8")  # whatever the model wrote, the text renders and encodes
+    assert tools.UNPARSED_TURNS[0] == before + 1
+
+
+def test_a_well_formed_call_is_still_a_call_and_duplicate_keys_keep_the_last_as_json_does(tool_parsing):
+    assert python_calls([tool_parsing(call_reply('{"code": "print(482*731)"}'))]) == ["print(482*731)"]
+    assert python_calls([tool_parsing(call_reply('{"a":' * 15 + '{"code": 1}' + "}" * 15))]) == []  # no code: no run
+    # the call run is the one recorded and rendered back: one parse, whatever the duplicates
+    assert python_calls([tool_parsing(call_reply('{"code": "print(1)", "code": "print(2)"}'))]) == ["print(2)"]
+
+
+@pytest.mark.slow
+def test_a_policy_that_writes_a_call_nested_600_deep_trains_on_as_plain_text(tmp_path, tool_model):
+    """It made TRL's response parser raise RecursionError, and the training run died."""
+    from r1kit.run import pipeline as runs
+
+    run = tool_run(tmp_path, *tool_model, max_steps=1, max_completion_length=2048)
+    script_policy(run.trainer, first_turn=HOSTILE_TURNS["arguments nested 600 deep"])
+    runs.train(run)
+    rows = [json.loads(line) for line in (tmp_path / "out" / "completions.jsonl").read_text().splitlines()]
+    assert rows and all("trajectory" not in r and r["completion"].startswith("<tool_call>") for r in rows)  # one turn
+    assert all(r["rewards"]["accuracy_reward"] == 0.0 for r in rows)  # no answer: wrong, not unjudged
+    logged = [e for e in run.trainer.state.log_history if "tools/unparsed_turns" in e]
+    assert logged and logged[0]["tools/unparsed_turns"] > 0
+
+
 # --- the shipped recipe: the loop offline, on CPU, with the built-in tool-calling model --------------------------
 TOOLS_RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "demo" / "grpo_tools.yaml"
 

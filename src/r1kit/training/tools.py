@@ -172,6 +172,87 @@ def python_calls(messages: list) -> list[str]:
     return codes
 
 
+# --------------------------------------------------------------------------------------------------------------------
+# The model's turns, parsed as hostile input
+# --------------------------------------------------------------------------------------------------------------------
+MAX_CALLS_PER_TURN = 64
+MAX_ARGUMENT_DEPTH = 16  # nesting of a call's arguments (objects and lists)
+MAX_ARGUMENT_ITEMS = 10_000  # keys, items and values in a call's arguments
+MAX_TURN_ARGUMENT_CHARS = 1 << 20  # characters of every string in a turn's calls, names and keys included
+UNPARSED_TURNS = [0]  # turns whose calls could not be taken (the trainer logs and resets it per batch)
+
+
+def checked_response(parse: Callable) -> Callable:
+    """TRL's `parse_response`, total: a turn whose calls cannot be parsed or taken (arguments nested hundreds deep,
+    which made the parser raise RecursionError and killed the run; arguments that are not an object; megabytes of
+    arguments; strings that are not valid UTF-8; a call without a name) is the model's plain text, with no call, as
+    TRL already treats a call it cannot parse. Counted in `UNPARSED_TURNS`."""
+    import functools
+
+    @functools.wraps(parse)
+    def checked(tokenizer, ids, *args, **kwargs):
+        try:
+            parsed = parse(tokenizer, ids, *args, **kwargs)
+            problem = response_problem(parsed)
+        except Exception as error:  # noqa: BLE001 - RecursionError, MemoryError, anything the model's text provokes
+            problem = type(error).__name__
+        if problem is None:
+            return parsed
+        UNPARSED_TURNS[0] += 1
+        logger.debug("a turn's tool calls are taken as plain text: %s", problem)
+        try:
+            content = tokenizer.decode(ids, skip_special_tokens=True)
+        except Exception:  # noqa: BLE001
+            content = ""
+        return {"role": "assistant", "content": content.encode("utf-8", "replace").decode("utf-8")}
+
+    return checked
+
+
+def response_problem(parsed) -> str | None:
+    """Why a parsed turn cannot be taken as it is, or None. Walks the calls' arguments without recursion."""
+    if not isinstance(parsed, dict):
+        return "not a message"
+    if not isinstance(parsed.get("content", ""), str):
+        return "content that is not text"
+    calls = parsed.get("tool_calls")
+    if calls is None:
+        return None
+    if not isinstance(calls, list) or len(calls) > MAX_CALLS_PER_TURN:
+        return f"tool_calls is not a list of at most {MAX_CALLS_PER_TURN} calls"
+    chars = 0
+    for call in calls:
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str) or not function["name"]:
+            return "a call without a function name"
+        if not isinstance(function.get("arguments"), dict):
+            return "a call whose arguments are not an object"
+        stack, items = [(function["arguments"], 1), (function["name"], 1)], 0
+        while stack:
+            value, depth = stack.pop()
+            items += 1
+            if depth > MAX_ARGUMENT_DEPTH or items > MAX_ARGUMENT_ITEMS:
+                return f"arguments nested deeper than {MAX_ARGUMENT_DEPTH} or larger than {MAX_ARGUMENT_ITEMS} items"
+            if isinstance(value, dict):
+                for key, item in value.items():
+                    if not isinstance(key, str):
+                        return "an argument name that is not text"
+                    stack += [(key, depth), (item, depth + 1)]
+            elif isinstance(value, list):
+                stack += [(item, depth + 1) for item in value]
+            elif isinstance(value, str):
+                chars += len(value)
+                if chars > MAX_TURN_ARGUMENT_CHARS:
+                    return f"more than {MAX_TURN_ARGUMENT_CHARS} characters of arguments"
+                try:
+                    value.encode("utf-8")
+                except UnicodeEncodeError:
+                    return "text that is not valid UTF-8 (a lone surrogate)"
+            elif not (value is None or isinstance(value, (bool, int, float))):
+                return f"an argument of type {type(value).__name__}"
+    return None
+
+
 def prefetch(environment: type[PythonInterpreter], turns: list) -> int:
     """Runs every python call of this turn's messages (one per rollout) at once and leaves the results where each
     rollout's interpreter takes them; returns how many programs ran. Calls past a rollout's budget still run here

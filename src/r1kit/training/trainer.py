@@ -55,7 +55,6 @@ import torch
 from accelerate.utils import gather_object
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer, SFTTrainer
-from trl.chat_template_utils import parse_response
 from trl.models.utils import disable_gradient_checkpointing
 from trl.trainer import utils as trl_utils
 from trl.trainer.utils import nanstd, use_adapter
@@ -89,7 +88,7 @@ from r1kit.training.generators import (
 )
 from r1kit.training.passchoice import PASS_STATE, PassRunner
 from r1kit.training.rollouts import Lookahead
-from r1kit.training.tools import PythonInterpreter, prefetch
+from r1kit.training.tools import UNPARSED_TURNS, PythonInterpreter, checked_response, prefetch
 from r1kit.vllm_front import authenticated_client
 
 logger = logging.getLogger(__name__)
@@ -187,6 +186,27 @@ def _zero3_enabled() -> bool:
 
 
 zero3_safe_lm_head_gather()
+
+
+def total_response_parser() -> None:
+    """TRL's GRPO trainer parses every generated turn with `parse_response`; a turn whose tool-call arguments were
+    nested hundreds deep made it raise RecursionError and the run died. Replaced, in TRL's trainer module, by
+    `r1kit.training.tools.checked_response`: a turn whose calls cannot be parsed or taken is plain text."""
+    from trl.trainer import grpo_trainer
+
+    if not getattr(grpo_trainer.parse_response, "r1kit_checked", False):
+        grpo_trainer.parse_response = checked_response(grpo_trainer.parse_response)
+        grpo_trainer.parse_response.r1kit_checked = True
+
+
+total_response_parser()
+
+
+def checked_parse(*args, **kwargs):
+    """TRL's parse_response as the trainer uses it (checked: `total_response_parser`)."""
+    from trl.trainer import grpo_trainer
+
+    return grpo_trainer.parse_response(*args, **kwargs)
 
 
 class R1SFTTrainer(ShardedAsLaunched, StopOnNonFiniteGradients, SFTTrainer):
@@ -315,7 +335,7 @@ class R1Trainer(ShardedAsLaunched, StopOnNonFiniteGradients, AsyncRolloutHooks, 
 
         def generate_then_prefetch(ids, *args, **kwargs):
             post_tool_ids, post_tool_logprobs = generate(ids, *args, **kwargs)
-            turns = [parse_response(self._tokenizer, seq, prefix=prefix, tools=self.tools) if seq else {}
+            turns = [checked_parse(self._tokenizer, seq, prefix=prefix, tools=self.tools) if seq else {}
                      for seq, prefix in zip(post_tool_ids, ids)]
             started = time.monotonic()
             prefetch(environment, turns)
@@ -336,6 +356,10 @@ class R1Trainer(ShardedAsLaunched, StopOnNonFiniteGradients, AsyncRolloutHooks, 
     def _log_tool_use(self) -> None:
         """Per batch, over every rank: the share of rollouts that called the interpreter, its calls, errors and
         seconds per rollout, and the rollouts the infrastructure failed (TRL logs its own call frequency)."""
+        if self.tools:  # turns whose calls were taken as plain text (hostile or broken calls), on this process
+            self._metrics["train" if self.model.training else "eval"]["tools/unparsed_turns"].append(
+                float(UNPARSED_TURNS[0]))
+            UNPARSED_TURNS[0] = 0
         environments = [e for e in (self.environments or []) if isinstance(e, PythonInterpreter)]
         if not environments or not self.tools:
             return
