@@ -165,6 +165,16 @@ def test_hostile_calls_are_bounded_and_leave_nothing_behind(jailed, name, code, 
     assert descendants() <= before  # no process of the call outlives it
 
 
+@pytest.mark.slow
+def test_a_calls_output_is_bounded_where_it_is_produced(jailed):
+    """The jail read each call's whole output (~15 MB) back into the trainer before the interpreter cut it to
+    tool_max_output: 48 calls held 866 MB. Now the program may write what the model would read, and little more."""
+    [[result]] = jailed.provider.execute([LIMITS.program("import sys\nsys.stdout.write('x' * (15 << 20))")])
+    assert len(result.stdout.encode()) <= 4 * LIMITS.max_output + 4096  # (the rest was refused to the program)
+    reply = jailed().python("print('y' * 300)")  # above what the model reads, below the cap: cut, no error
+    assert reply.startswith("y" * 200) and "output cut at 200 characters" in reply and "Error" not in reply
+
+
 # --- end to end: a scripted policy ---------------------------------------------------------------------------------
 TOOL_TURN = '<tool_call>\n{"name": "python", "arguments": {"code": "import os, socket\\nprint(6*7, os.getuid(), socket.gethostname())"}}\n</tool_call><|im_end|>'
 ANSWER_TURN = "<answer>42</answer><|im_end|>"

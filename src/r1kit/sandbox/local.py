@@ -107,7 +107,7 @@ class LocalProvider:
         request = self._request(program)
         budget = program_budget(program, STARTUP_SECONDS, COMPILE_SECONDS)
         stdin = marshal.dumps(request)
-        limit = reply_limit(program, self.max_output)
+        limit = reply_limit(program, program.output_limit(self.max_output))
         reader = ReplyReader(program)  # judges each line as it arrives: the trainer never holds the whole reply
         try:
             if self.isolate:

@@ -42,6 +42,9 @@ class Program:
             `input.txt`, `correct_output.txt`, `solution_output.txt`).
         output_file (`str` or `None`): the program writes its answer to this file (Codeforces file I/O) instead of
             stdout; the file's content is judged.
+        max_output (`int` or `None`): bytes of stdout (and of stderr) a test may write, when below the provider's
+            limit: output past it ends the test (`output limit exceeded`), so what is read back stays this small
+            (a tool call's reply, read by the model, needs kilobytes, not the provider's megabytes).
     """
 
     code: str
@@ -54,6 +57,7 @@ class Program:
     files: dict[str, str] = field(default_factory=dict)
     test_files: list[dict[str, str]] = field(default_factory=list)
     output_file: str | None = None
+    max_output: int | None = None
 
     def __post_init__(self):
         if not self.expected:
@@ -64,6 +68,12 @@ class Program:
             raise ValueError(f"unknown language {self.language!r}; supported: {', '.join(LANGUAGES)}")
         if not self.time_limit > 0 or not self.memory_mb > 0:
             raise ValueError("time_limit and memory_mb must be positive")
+        if self.max_output is not None and not self.max_output > 0:
+            raise ValueError("max_output must be positive")
+
+    def output_limit(self, provider_limit: int) -> int:
+        """Bytes of output a test may write under a provider whose own limit is `provider_limit`."""
+        return min(provider_limit, self.max_output) if self.max_output else provider_limit
 
 
 @dataclass
@@ -234,7 +244,7 @@ def harness_request(program: Program, max_output: int = 16 << 20, max_processes:
         "inputs": program.inputs,
         "time_limit": program.time_limit,
         "memory_mb": program.memory_mb,
-        "max_output": max_output,
+        "max_output": program.output_limit(max_output),
         "nproc": max_processes,
         "argv": program.argv,
         "files": program.files,

@@ -408,7 +408,7 @@ class _ScriptProvider:
         self.stalls.check(url)
         try:
             answer = post_json(f"{url.rstrip('/')}/execute_batch", body, timeout + self.request_timeout, self.retries,
-                               max_bytes=router_reply_limit(program))
+                               max_bytes=router_reply_limit(program, program.output_limit(16 << 20)))
         except OutOfTime:
             self.stalls.add(url)
             raise

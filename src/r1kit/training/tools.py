@@ -52,7 +52,10 @@ class ToolLimits:
     total_seconds: float = 30.0
 
     def program(self, code: str) -> Program:
-        return Program(code=code, inputs=[""], time_limit=self.seconds, memory_mb=self.memory_mb)
+        # Output bounded where it is produced: what the model reads (max_output characters, up to 4 bytes each) and
+        # room to say it was cut, not the jail's megabytes per call (48 calls held 866 MB in the trainer)
+        return Program(code=code, inputs=[""], time_limit=self.seconds, memory_mb=self.memory_mb,
+                       max_output=4 * self.max_output + 4096)
 
 
 @dataclass
