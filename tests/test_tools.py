@@ -69,6 +69,24 @@ def test_a_rollouts_budget_bounds_thousands_of_calls():
     assert rollout.python("print(0)").startswith("ran")  # a new batch, a new budget
 
 
+def test_what_runs_ahead_is_what_each_rollouts_budget_left_can_read_across_its_turns():
+    """Each later turn ran up to a whole budget of calls again, whatever the rollout had spent: 12 programs in the
+    jail where the budget reads 4. Now a rollout's calls and tool seconds left bound what runs ahead for it."""
+    provider = Recording()
+    environment = python_environment(LIMITS, provider)  # 3 calls, 6 s per rollout; 2 s per call
+    fresh, spent, slow, other = environment(), environment(), environment(), environment()
+    spent.calls = 2  # one call left
+    slow.seconds = 5.0  # one second left: one more call at most (it may take its whole 2 s)
+    turn = [{"role": "assistant", "tool_calls": [call(f"print({i})") for i in range(5)]}]
+    turns = [[{"role": "assistant", "tool_calls": [call(f"print({r}{i})") for i in range(5)]}] for r in range(4)]
+    ran = prefetch(environment, turns, [fresh, spent, slow, object()])  # (a user's environment: a fresh budget)
+    assert ran == 3 + 1 + 1 + 3
+    assert prefetch(environment, [turn], [environment()]) == 3  # past the turn: the same bound
+    exhausted = environment()
+    exhausted.calls = 3
+    assert prefetch(environment, [turn], [exhausted]) == 0
+
+
 def test_malformed_calls_are_not_calls():
     assert python_calls([{"role": "assistant", "tool_calls": [
         call("   "), call("print(1)", name="shell"), {"type": "function", "function": {"name": "python"}},
@@ -281,6 +299,24 @@ def test_a_scripted_policy_trains_through_the_tool_loop_with_the_tool_out_of_the
     assert roles == ["assistant", "tool", "assistant"] and "jail" in rows[0]["trajectory"][1]["content"]
     logged = [e for e in trainer.state.log_history if "tools/rollouts_using" in e]
     assert logged and logged[0]["tools/rollouts_using"] == 1.0 and logged[0]["tools/calls_per_rollout"] == 1.0
+
+
+@pytest.mark.slow
+def test_turn_after_turn_the_jail_runs_no_more_than_each_rollouts_budget(tmp_path, tool_model):
+    from r1kit.run import pipeline as runs
+
+    run = tool_run(tmp_path, *tool_model, max_steps=1, tool_calls_per_rollout=2, max_tool_calling_iterations=3,
+                   max_completion_length=1024)
+    three = "\n".join('<tool_call>\n{"name": "python", "arguments": {"code": "print(%d)"}}\n</tool_call>' % i
+                      for i in range(3)) + "<|im_end|>"
+    script_policy(run.trainer, first_turn=three, after_tool=three)  # every turn asks for three calls
+    provider = run.trainer._python_environment().provider
+    executed, execute = [], provider.execute
+    provider.execute = lambda programs: executed.extend(programs) or execute(programs)
+    runs.train(run)
+    # two calls a rollout: the first turn's first two (the same code in every rollout: run once each); later turns
+    # have nothing left to read (before: two more per turn, three turns)
+    assert sorted(p.code for p in executed) == ["print(0)", "print(1)"]
 
 
 @pytest.mark.slow

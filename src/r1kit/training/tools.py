@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 import random
 import threading
 import time
@@ -256,15 +257,29 @@ def response_problem(parsed) -> str | None:
     return None
 
 
-def prefetch(environment: type[PythonInterpreter], turns: list) -> int:
-    """Runs every python call of this turn's messages (one per rollout) at once and leaves the results where each
-    rollout's interpreter takes them; returns how many programs ran. Calls past a rollout's budget still run here
-    but are never read (the interpreter refuses them before looking)."""
-    limit = environment.limits.calls  # a message with thousands of calls: at most a rollout's budget runs ahead
-    codes = [code for turn in turns for code in python_calls(turn)[:limit]]
+def prefetch(environment: type[PythonInterpreter], turns: list, interpreters: list | None = None) -> int:
+    """Runs the python calls of this turn's messages (one per rollout) at once and leaves the results where each
+    rollout's interpreter takes them; returns how many programs ran. Each rollout's calls run only as far as its
+    budget left can read them (`ahead_budget`: its interpreter in `interpreters`, at the same place as its turn;
+    without one, a fresh rollout's budget), so the jail's work grows with the budget, never with what the model
+    asks for."""
+    codes = []
+    for k, turn in enumerate(turns):
+        interpreter = interpreters[k] if interpreters is not None and k < len(interpreters) else None
+        codes += python_calls(turn)[:ahead_budget(environment.limits, interpreter)]
     results = run_programs(environment.provider, codes, environment.limits) if codes else {}
     environment.prefetched.put(results)
     return len(results)
+
+
+def ahead_budget(limits: ToolLimits, interpreter=None) -> int:
+    """How many more calls a rollout can still have run for it: its calls left, and no more than its tool seconds
+    left could take at each call's time limit (a call may use all of it). A rollout without an interpreter of ours
+    (none given, a user's environment) gets a fresh budget."""
+    calls = getattr(interpreter, "calls", 0) if isinstance(interpreter, PythonInterpreter) else 0
+    seconds = getattr(interpreter, "seconds", 0.0) if isinstance(interpreter, PythonInterpreter) else 0.0
+    by_time = math.ceil(max(0.0, limits.total_seconds - seconds) / limits.seconds)
+    return max(0, min(limits.calls - calls, by_time))
 
 
 # --------------------------------------------------------------------------------------------------------------------

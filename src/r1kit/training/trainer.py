@@ -328,7 +328,7 @@ class R1Trainer(ShardedAsLaunched, StopOnNonFiniteGradients, AsyncRolloutHooks, 
             return super()._tool_call_loop(prompts, prompt_ids, completion_ids, completions, logprobs, images,
                                            multimodal_fields)
         started = time.monotonic()
-        prefetch(environment, [completion[:1] for completion in completions])
+        prefetch(environment, [completion[:1] for completion in completions], self.environments)
         self._tool_seconds = time.monotonic() - started  # wall time of the batch's programs (logged with the rewards)
         generate = self._generate_single_turn
         patched = self.__dict__.get("_generate_single_turn")  # (an instance's own, put back after)
@@ -338,7 +338,7 @@ class R1Trainer(ShardedAsLaunched, StopOnNonFiniteGradients, AsyncRolloutHooks, 
             turns = [checked_parse(self._tokenizer, seq, prefix=prefix, tools=self.tools) if seq else {}
                      for seq, prefix in zip(post_tool_ids, ids)]
             started = time.monotonic()
-            prefetch(environment, turns)
+            prefetch(environment, turns, self._continued_interpreters(completions, len(turns)))
             self._tool_seconds += time.monotonic() - started
             return post_tool_ids, post_tool_logprobs
 
@@ -352,6 +352,16 @@ class R1Trainer(ShardedAsLaunched, StopOnNonFiniteGradients, AsyncRolloutHooks, 
             else:
                 self._generate_single_turn = patched
             environment.prefetched.put({})
+
+    def _continued_interpreters(self, completions: list, count: int) -> list | None:
+        """The interpreters of the rollouts TRL generates a later turn for: those whose last message is the tool's
+        reply (TRL appended it, and generates for them in rollout order); None when that does not account for
+        `count` turns (then each turn gets a fresh rollout's budget)."""
+        continued = [i for i, completion in enumerate(completions)
+                     if completion and isinstance(completion[-1], dict) and completion[-1].get("role") == "tool"]
+        if len(continued) != count or not self.environments:
+            return None
+        return [self.environments[i] for i in continued]
 
     def _log_tool_use(self) -> None:
         """Per batch, over every rank: the share of rollouts that called the interpreter, its calls, errors and
