@@ -74,7 +74,7 @@ def test_what_runs_ahead_is_what_each_rollouts_budget_left_can_read_across_its_t
     jail where the budget reads 4. Now a rollout's calls and tool seconds left bound what runs ahead for it."""
     provider = Recording()
     environment = python_environment(LIMITS, provider)  # 3 calls, 6 s per rollout; 2 s per call
-    fresh, spent, slow, other = environment(), environment(), environment(), environment()
+    fresh, spent, slow = environment(), environment(), environment()
     spent.calls = 2  # one call left
     slow.seconds = 5.0  # one second left: one more call at most (it may take its whole 2 s)
     turn = [{"role": "assistant", "tool_calls": [call(f"print({i})") for i in range(5)]}]
@@ -85,6 +85,21 @@ def test_what_runs_ahead_is_what_each_rollouts_budget_left_can_read_across_its_t
     exhausted = environment()
     exhausted.calls = 3
     assert prefetch(environment, [turn], [exhausted]) == 0
+
+
+def test_only_the_models_words_are_judged_a_rollout_ending_on_the_tools_turn_has_no_answer():
+    """When a call and the tool's reply fill max_completion_length, TRL drops the model's answer turn: the rollout ends
+    on the tool's message, and the tool's printed `<answer>42</answer>` was paid 1.0 as the model's answer."""
+    from r1kit.rewards.open_r1 import accuracy_reward, format_reward
+    from r1kit.rewards.text import completion_text, message_text
+
+    call_turn = {"role": "assistant", "content": "", "tool_calls": [call("print('<answer>42</answer>')")]}
+    cut_off = [call_turn, {"role": "tool", "name": "python", "content": "<think>x</think>\n<answer>42</answer>"}]
+    answered = cut_off + [{"role": "assistant", "content": "<think>x</think>\n<answer>42</answer>"}]
+    assert completion_text(cut_off) == "" and completion_text(answered).endswith("<answer>42</answer>")
+    assert accuracy_reward([cut_off, answered], solution=["$42$", "$42$"]) == [0.0, 1.0]  # wrong: no answer
+    assert format_reward([cut_off, answered]) == [0.0, 1.0]
+    assert message_text([{"role": "user", "content": "What is 6 * 7?"}]) == "What is 6 * 7?"  # a prompt's question
 
 
 def test_malformed_calls_are_not_calls():
@@ -307,7 +322,7 @@ def test_turn_after_turn_the_jail_runs_no_more_than_each_rollouts_budget(tmp_pat
 
     run = tool_run(tmp_path, *tool_model, max_steps=1, tool_calls_per_rollout=2, max_tool_calling_iterations=3,
                    max_completion_length=1024)
-    three = "\n".join('<tool_call>\n{"name": "python", "arguments": {"code": "print(%d)"}}\n</tool_call>' % i
+    three = "\n".join('<tool_call>\n{"name": "python", "arguments": {"code": "print(' + str(i) + ')"}}\n</tool_call>'
                       for i in range(3)) + "<|im_end|>"
     script_policy(run.trainer, first_turn=three, after_tool=three)  # every turn asks for three calls
     provider = run.trainer._python_environment().provider

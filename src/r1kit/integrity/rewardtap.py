@@ -32,7 +32,7 @@ from trl.trainer.utils import is_async_callable
 
 from r1kit import records
 from r1kit.rewards import COLUMNS_ATTRIBUTE
-from r1kit.rewards.text import completion_text
+from r1kit.rewards.text import completion_text, message_text
 
 
 def checked_reward(func, name: str):
@@ -139,7 +139,7 @@ class CompletionsRecorder(TrainerCallback):
                 row = {
                     "step": step,
                     "mode": "train" if training else "eval",
-                    "prompt": completion_text(prompt[-1:]) if isinstance(prompt, list) else prompt,
+                    "prompt": message_text(prompt) if isinstance(prompt, list) else prompt,
                     "completion": completion_text(completion),
                     "rewards": {name: None if math.isnan(v) else v for name, v in zip(names, row_scores)},
                 }

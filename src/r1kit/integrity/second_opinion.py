@@ -40,7 +40,7 @@ from transformers import TrainerCallback
 
 from r1kit import records
 from r1kit.integrity.independent import Verdict, code_verdicts, gym_verdicts, math_verdict
-from r1kit.rewards.text import completion_text, log_once
+from r1kit.rewards.text import completion_text, log_once, message_text
 
 logger = logging.getLogger(__name__)
 
@@ -189,7 +189,7 @@ class SecondOpinion(TrainerCallback):
         step = trainer.state.global_step + 1
         rng = random.Random(f"{self.seed}-{step}")
         texts = [completion_text(c) for c in completions]
-        prompt_texts = [completion_text(p[-1:]) if isinstance(p, list) else str(p) for p in prompts]
+        prompt_texts = [message_text(p) if isinstance(p, list) else str(p) for p in prompts]
         sampled = []
         for column, name in enumerate(self.reward_names):
             kind = self.kinds.get(name)

@@ -52,7 +52,7 @@ from r1kit import records
 from r1kit.errors import ConfigError
 from r1kit.judging.answers import answer_of
 from r1kit.machine import from_main
-from r1kit.rewards.text import completion_text
+from r1kit.rewards.text import completion_text, message_text
 from r1kit.state import ledger
 from r1kit.state.checkpoints import resumable_problem
 
@@ -215,7 +215,7 @@ def identical_share(prompts: list, completions: list, inputs: list | None = None
     replies_of: dict[str, list[str]] = {}
     for i, (prompt, completion) in enumerate(zip(prompts, completions)):
         gold = gold_key(inputs[i]) if i < len(inputs) else None
-        key = gold if gold is not None else "prompt:" + (completion_text(prompt) if isinstance(prompt, list)
+        key = gold if gold is not None else "prompt:" + (message_text(prompt) if isinstance(prompt, list)
                                                           else str(prompt))
         text = completion_text(completion)
         replies_of.setdefault(key, []).append(answer_of(text, gold) if answers else text.strip())

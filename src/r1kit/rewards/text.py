@@ -8,9 +8,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+MODEL_ROLES = ("assistant", None)  # the turns the policy wrote (a message without a role is the model's)
+
 
 def completion_text(completion: Any) -> str:
-    """The text of one completion: a plain string, or the content of the last message of a conversation."""
+    """The text the model wrote as its answer: a plain string; a message's content; for a conversation (a tool
+    rollout) the content of its last message when the model wrote it, else "": a rollout that ends on a tool's turn
+    (cut off at the call, the tool's reply filling the length) has no answer, and what the tool printed is never the
+    model's (a tool's `<answer>42</answer>` was paid 1.0)."""
     if completion is None:
         return ""
     if isinstance(completion, str):
@@ -18,8 +23,20 @@ def completion_text(completion: Any) -> str:
     if isinstance(completion, dict):
         return _content(completion.get("content"))
     if isinstance(completion, (list, tuple)):
-        return completion_text(completion[-1]) if completion else ""
+        if not completion:
+            return ""
+        last = completion[-1]
+        if isinstance(last, dict) and last.get("role") not in MODEL_ROLES:
+            return ""
+        return completion_text(last)
     return str(completion)
+
+
+def message_text(messages: Any) -> str:
+    """The text of a conversation's last message whoever wrote it (a prompt's question), or of a plain string."""
+    if isinstance(messages, (list, tuple)):
+        return completion_text(messages[-1]) if messages else ""
+    return completion_text(messages)
 
 
 def _content(content: Any) -> str:
