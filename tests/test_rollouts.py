@@ -4,6 +4,7 @@ was generated with, what is dropped as stale, what a failure does, and the impor
 from __future__ import annotations
 
 import math
+import re
 import threading
 
 import pytest
@@ -246,3 +247,56 @@ def test_per_token_weights_make_per_token_advantages():
     advantages = torch.tensor([1.0, -2.0])
     weights = torch.tensor([[1.0, 0.5], [0.0, 2.0]])
     assert torch.equal(fold_into_advantages(advantages, weights), torch.tensor([[1.0, 0.5], [0.0, -4.0]]))
+
+
+# --- a generation server's replies are hostile input -----------------------------------------------------------------
+class ServerStandIn:
+    """A vLLM client whose server answers `reply` (TRL's `generate` output) to every request."""
+
+    def __init__(self, reply):
+        self.reply, self.calls = reply, 0
+        self.session = type("Session", (), {"request": lambda *a, **k: None, "close": lambda self: None})()
+
+    def generate(self, prompts, n, **sampling):
+        self.calls += 1
+        return self.reply
+
+
+GOOD = {"completion_ids": [[5, 6], [7]], "logprobs": [[[-0.1], [-2.0]], [[-0.5]]]}
+
+
+@pytest.mark.parametrize(("name", "reply", "says"), [
+    ("a NaN log-probability", {**GOOD, "logprobs": [[[float("nan")], [-2.0]], [[-0.5]]]}, "log-probability nan"),
+    ("an infinite one", {**GOOD, "logprobs": [[[float("-inf")], [-2.0]], [[-0.5]]]}, "log-probability -inf"),
+    ("a positive one", {**GOOD, "logprobs": [[[3.0], [-2.0]], [[-0.5]]]}, "log-probability 3.0"),
+    ("one missing", {**GOOD, "logprobs": [[[-0.1], []], [[-0.5]]]}, "log-probability None"),
+    ("too few", {**GOOD, "logprobs": [[[-0.1]], [[-0.5]]]}, "1 log-probabilities for 2 tokens"),
+    ("a token past the vocabulary", {**GOOD, "completion_ids": [[5, 100], [7]]}, "token id 100 outside"),
+    ("a negative token", {**GOOD, "completion_ids": [[5, -1], [7]]}, "token id -1 outside"),
+    ("a token that is text", {**GOOD, "completion_ids": [[5, "6"], [7]]}, "token id '6' outside"),
+    ("longer than max_tokens", {**GOOD, "completion_ids": [list(range(9)), [7]],
+                                "logprobs": [[[-0.1]] * 9, [[-0.5]]]}, "at most 8 token ids"),
+    ("too few rows", {"completion_ids": [[5, 6]], "logprobs": [[[-0.1], [-2.0]]]}, "1 completions for 2 rows"),
+    ("not a reply", ["garbage"], "0 completions for 2 rows"),
+])
+def test_a_server_reply_that_cannot_be_trained_on_is_refused_counted_and_never_trained_on(
+        monkeypatch, name, reply, says):
+    from r1kit.errors import RefusedReply
+    from r1kit.training.generators import ServerGenerator
+
+    monkeypatch.setattr(rollouts, "BACKOFF_SECONDS", (0.0,))
+    sampling = {"max_tokens": 8, "logprobs": 0}
+    assert ServerGenerator(ServerStandIn(GOOD), sampling, 5.0, vocab_size=100).generate([[1], [1]], 2, 0)[0] == \
+        [[5, 6], [7]]
+    server = ServerStandIn(reply)
+    generator = ServerGenerator(server, sampling, 5.0, vocab_size=100)
+    with pytest.raises(RefusedReply, match=re.escape(says)):
+        generator.generate([[1], [1]], 2, 0)
+    engine = RolloutEngine(generator, max_staleness=1, weight_sync_steps=1, seed=3)
+    engine.start()
+    try:  # generated again (retried), then the run stops (exit 75 from the trainer), never trained on
+        with pytest.raises(GenerationUnavailable, match="refused the vLLM server's reply|completions for"):
+            engine.now([[1], [1]], 2, step=0)
+        assert engine.totals["refused_replies"] == rollouts.RETRIES + 1 and server.calls == rollouts.RETRIES + 2
+    finally:
+        engine.close()

@@ -24,6 +24,11 @@ class GenerationUnavailable(RuntimeError):
     """The generator failed and kept failing after its retries: the run stops, resumable from its last checkpoint."""
 
 
+class RefusedReply(ValueError):
+    """A generation server's reply that cannot be trained on (token ids out of the vocabulary, log-probabilities that
+    are not finite or not one per token): refused and counted, generated again; never trained on."""
+
+
 def one_line(exc: BaseException, limit: int = 300) -> str:
     """An exception's text on one line (whitespace runs collapsed), cut at `limit` characters; its type's name when
     it has no text. For quoting a library's error inside a `ConfigError`."""

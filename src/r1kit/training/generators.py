@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from r1kit.errors import ConfigError, GenerationUnavailable, one_line
+from r1kit.errors import ConfigError, GenerationUnavailable, RefusedReply, one_line
 from r1kit.training.curriculum import prompt_key
 from r1kit.training.rollouts import (
     ROLLOUT_STATE,
@@ -338,20 +338,49 @@ class ServerGenerator:
 
     stages_weights = False
 
-    def __init__(self, client, sampling: dict, timeout: float):
+    def __init__(self, client, sampling: dict, timeout: float, vocab_size: int | None = None):
         self.client, self.sampling = client, sampling
+        self.vocab_size = vocab_size
         client.session.request = functools.partial(_with_timeout, client.session.request, timeout)
 
     def generate(self, prompt_ids: list[list[int]], num_generations: int, seed: int) -> tuple[list, list]:
         unique = prompt_ids[::num_generations]  # rows repeat each prompt num_generations times in a row, as in TRL
         output = self.client.generate(prompts=unique, n=num_generations, **self.sampling)
-        completions = output["completion_ids"]
-        if len(completions) != len(prompt_ids):
-            raise RuntimeError(f"the vLLM server returned {len(completions)} completions for {len(prompt_ids)} rows")
-        return completions, top_logprob(output.get("logprobs"), len(completions))
+        completions = output.get("completion_ids") if isinstance(output, dict) else None
+        if not isinstance(completions, list) or len(completions) != len(prompt_ids):
+            raise RefusedReply(f"the vLLM server returned {len(completions) if isinstance(completions, list) else 0} "
+                               f"completions for {len(prompt_ids)} rows")
+        logprobs = top_logprob(output.get("logprobs"), len(completions))
+        problem = reply_problem(completions, logprobs, self.vocab_size, self.sampling.get("max_tokens"),
+                                self.sampling.get("logprobs") is not None)
+        if problem:
+            raise RefusedReply(f"refused the vLLM server's reply: {problem}")
+        return completions, logprobs
 
     def close(self) -> None:
         self.client.session.close()
+
+
+def reply_problem(completions: list, logprobs: list, vocab_size: int | None, max_tokens: int | None,
+                  logprobs_asked: bool) -> str | None:
+    """Why a generation server's reply cannot be trained on, or None: every completion a list of token ids in the
+    vocabulary and at most `max_tokens` long; when log-probabilities were asked for, one finite value <= 0 per token
+    (a NaN turned the off-policy correction off without a word; an infinity made its weight infinite or zero)."""
+    for row, tokens in enumerate(completions):
+        if not isinstance(tokens, list) or (max_tokens and len(tokens) > max_tokens):
+            return f"row {row}: not a list of at most {max_tokens} token ids"
+        for token in tokens:
+            if isinstance(token, bool) or not isinstance(token, int) or token < 0 or (vocab_size and token >= vocab_size):
+                return f"row {row}: token id {token!r} outside the vocabulary ({vocab_size})"
+        if not logprobs_asked:
+            continue
+        values = logprobs[row] if row < len(logprobs) else None
+        if not isinstance(values, list) or len(values) != len(tokens):
+            return f"row {row}: {len(values) if isinstance(values, list) else 'no'} log-probabilities for {len(tokens)} tokens"
+        for value in values:
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value > 1e-4:
+                return f"row {row}: log-probability {value!r} (not a finite value <= 0)"
+    return None
 
 
 def _with_timeout(request, timeout: float, method, url, **kwargs):
@@ -410,7 +439,7 @@ class AsyncRolloutHooks:
         args = self.args
         if self.use_vllm and args.vllm_mode == "server":
             generator = ServerGenerator(server_client(self.vllm_generation, args), server_sampling(self.vllm_generation),
-                                        args.rollout_timeout)
+                                        args.rollout_timeout, vocab_size=self.model.config.vocab_size)
         elif self.use_vllm:
             generator = ColocatedGenerator(self.vllm_generation, self.vllm_generation.sync_weights)
             self._vllm_walk = self.vllm_generation._iter_named_params  # (the generator points it at staged weights)

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from r1kit.errors import GenerationUnavailable, one_line
+from r1kit.errors import GenerationUnavailable, RefusedReply, one_line
 
 logger = logging.getLogger(__name__)
 
@@ -299,6 +299,8 @@ class RolloutEngine:
             except BaseException as error:  # noqa: BLE001 - handed to the trainer, which retries or stops the run
                 logger.warning("Rollout generation failed (%s): %s", "urgent" if job.urgent else "read ahead",
                                one_line(error))
+                if isinstance(error, RefusedReply):  # a reply not to train on: generated again, counted
+                    self.totals["refused_replies"] += 1
                 job.error = error
             job.seconds = time.perf_counter() - started
             job.done.set()
