@@ -265,6 +265,10 @@ def test_a_generator_that_keeps_failing_stops_the_run_with_exit_75_and_it_resume
     ({"use_transformers_continuous_batching": True}, ["use_transformers_continuous_batching"]),
     ({"loss_type": "vespo", "vllm_importance_sampling_mode": "sequence_mask"}, ["vespo", "sequence_mask"]),
     ({"max_staleness": -1}, ["max_staleness"]),
+    # a generation batch over 4 optimizer steps: each batch read ahead would be 4 steps old, every one dropped
+    ({"steps_per_generation": 4, "max_staleness": 1}, ["4 optimizer steps", "max_staleness: 4"]),
+    ({"num_iterations": 2, "max_staleness": 1, "per_device_train_batch_size": 8}, ["2 optimizer steps",
+                                                                                   "max_staleness: 2"]),
 ])
 def test_combinations_async_cannot_run_are_refused_in_one_line(tmp_path, math_jsonl, keys, named):
     model = tmp_path / "not-loaded"

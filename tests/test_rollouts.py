@@ -20,6 +20,7 @@ from r1kit.training.rollouts import (
     fold_into_advantages,
     importance_weights,
     lookahead_batches,
+    optimizer_steps_per_batch,
 )
 
 
@@ -74,6 +75,11 @@ def test_the_lookahead_keeps_every_row_within_the_staleness_bound():
     assert lookahead_batches(max_staleness=3, weight_sync_steps=1) == 3
     assert lookahead_batches(max_staleness=3, weight_sync_steps=2) == 2  # read 2 ahead + 1 step between syncs = 3
     assert lookahead_batches(max_staleness=1, weight_sync_steps=2) == 0
+    # a generation batch over 4 optimizer steps (steps_per_generation 4): one read ahead is 4 steps old at its turn
+    assert lookahead_batches(max_staleness=4, weight_sync_steps=1, steps_per_batch=4) == 1
+    assert lookahead_batches(max_staleness=1, weight_sync_steps=1, steps_per_batch=4) == 0  # (refused at parse)
+    assert optimizer_steps_per_batch(4, 1, 1) == 4 and optimizer_steps_per_batch(4, 1, 4) == 1
+    assert optimizer_steps_per_batch(2, 3, 2) == 3
 
 
 def test_rows_read_ahead_come_from_the_weights_staged_before_them(engine):

@@ -399,6 +399,7 @@ class GRPOConfig(RunFields, trl.GRPOConfig):
         self.check_grpo_fields()
         super().__post_init__()
         self.check_sampling()  # after TRL's: it derives steps_per_generation from generation_batch_size
+        self.check_async_span()
 
     def benchmark_generation_length(self) -> int:
         return self.benchmark_max_new_tokens or self.max_completion_length
@@ -498,6 +499,25 @@ class GRPOConfig(RunFields, trl.GRPOConfig):
         if not 0 <= low <= high <= 1:
             raise ConfigError(f"curriculum_pass_rate_window must satisfy 0 <= low <= high <= 1, got [{low}, {high}]")
         self.curriculum_pass_rate_window = [low, high]
+
+    def check_async_span(self) -> None:
+        """Async rollouts read whole generation batches ahead: one that spans more optimizer steps than max_staleness
+        allows (steps_per_generation x num_iterations past the accumulation) makes every batch read ahead too stale
+        when it trains: dropped and generated again, so async would bring nothing. Refused before the model loads."""
+        if not self.async_rollouts:
+            return
+        from r1kit.training.rollouts import lookahead_batches, optimizer_steps_per_batch  # deferred: torch
+
+        span = optimizer_steps_per_batch(self.steps_per_generation, self.num_iterations,
+                                         self.gradient_accumulation_steps)
+        if lookahead_batches(self.max_staleness, self.weight_sync_steps, span) == 0:
+            raise ConfigError(
+                f"async_rollouts: a generation batch trains over {span} optimizer steps (steps_per_generation "
+                f"{self.steps_per_generation} x num_iterations {self.num_iterations} / gradient_accumulation_steps "
+                f"{self.gradient_accumulation_steps}), so a batch read ahead is at least {span} steps old when it "
+                f"starts training, past max_staleness {self.max_staleness} (weight_sync_steps "
+                f"{self.weight_sync_steps}): every one would be dropped and generated again. Set max_staleness: "
+                f"{span + self.weight_sync_steps - 1} or more, or fewer steps per generation batch")
 
     def check_sampling(self) -> None:
         """Dynamic sampling and the curriculum work on whole prompt groups per process, and dynamic sampling needs

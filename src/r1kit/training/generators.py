@@ -37,6 +37,7 @@ from r1kit.training.rollouts import (
     batch_signature,
     fold_into_advantages,
     importance_weights,
+    optimizer_steps_per_batch,
 )
 from r1kit.training.weightsync import Unsupported, iter_layer_weights, lora_layers
 from r1kit.vllm_front import authenticated_client
@@ -449,7 +450,9 @@ class AsyncRolloutHooks:
                 policy, generation_config=self.generation_config, eos_token_ids=self.eos_token_ids,
                 pad_token_id=self._tokenizer.pad_token_id)
         return RolloutEngine(generator, args.max_staleness, args.weight_sync_steps, args.seed,
-                             self.accelerator.process_index, wait_limit=args.rollout_timeout)
+                             self.accelerator.process_index, wait_limit=args.rollout_timeout,
+                             steps_per_batch=optimizer_steps_per_batch(args.steps_per_generation, args.num_iterations,
+                                                                       args.gradient_accumulation_steps))
 
     def train(self, *args, **kwargs):
         if self.rollouts is None:

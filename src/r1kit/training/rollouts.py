@@ -47,11 +47,18 @@ BACKOFF_SECONDS = (1.0, 4.0)  # wait before each retry: a restarting server gets
 POLL_SECONDS = 1.0  # how often a waiting trainer checks that the producer is alive
 
 
-def lookahead_batches(max_staleness: int, weight_sync_steps: int) -> int:
-    """Generation batches read ahead so that no row is ever older than `max_staleness` optimizer steps when it is
-    trained: a batch read `d` batches ahead, just before weights that are synchronised every `k` steps change, is
-    `d + k - 1` steps old at its turn."""
-    return max(0, max_staleness - weight_sync_steps + 1)
+def lookahead_batches(max_staleness: int, weight_sync_steps: int, steps_per_batch: int = 1) -> int:
+    """Generation batches read ahead so that no row is ever older than `max_staleness` optimizer steps when its batch
+    starts training: a batch read `d` batches ahead, just before weights that are synchronised every `k` steps
+    change, is `d x steps_per_batch + k - 1` steps old at its turn (a generation batch spans `steps_per_batch`
+    optimizer steps: `steps_per_generation x num_iterations / gradient_accumulation_steps`; the rows of its later
+    steps lag as they do in TRL's synchronous trainer, which is not the async producer's doing)."""
+    return max(0, (max_staleness - weight_sync_steps + 1) // max(1, steps_per_batch))
+
+
+def optimizer_steps_per_batch(steps_per_generation: int, num_iterations: int, accumulation: int) -> int:
+    """Optimizer steps one generation batch is trained over."""
+    return max(1, -(-steps_per_generation * num_iterations // max(1, accumulation)))
 
 
 def batch_signature(rows: list[dict], key: Callable[[dict], str]) -> tuple[str, ...]:
@@ -171,11 +178,11 @@ class RolloutEngine:
     of its own choosing, `call` for any work on the generator, and `batch_metrics` once per generation batch."""
 
     def __init__(self, generator, max_staleness: int = 1, weight_sync_steps: int = 1, seed: int = 0, rank: int = 0,
-                 wait_limit: float = math.inf):
+                 wait_limit: float = math.inf, steps_per_batch: int = 1):
         self.generator = generator
         self.wait_limit = wait_limit  # seconds the trainer waits for one job (`rollout_timeout`)
         self.max_staleness, self.weight_sync_steps = max_staleness, weight_sync_steps
-        self.lookahead = lookahead_batches(max_staleness, weight_sync_steps)
+        self.lookahead = lookahead_batches(max_staleness, weight_sync_steps, steps_per_batch)
         self.seed, self.rank = seed, rank
         self.stage = WeightStage() if generator.stages_weights else None
         self.loaded_version: int | None = None  # what the generator holds (staged and loaded, or pushed)
