@@ -263,6 +263,7 @@ def startup_summary(script_args, training_args, model_args, trainer, dataset, ch
     sampling = sampling_line(args)
     if sampling:
         extra.append(sampling)
+    extra += [line for line in (rollouts_line(trainer, args), tools_line(script_args, args)) if line]
     if args.use_vllm:
         shared = any(isinstance(c, HeldOutAccuracyCallback) and c.engine is not None
                      for c in trainer.callback_handler.callbacks)
@@ -300,6 +301,33 @@ def vllm_line(args: GRPOConfig, start_seconds: float | None, heldout_shares: boo
     started = f"; trainer and engine built in {start_seconds:.0f} s" if start_seconds is not None else ""
     shared = "; held-out accuracy generates with it too" if heldout_shares else ""
     return f"  vllm     {where}, {cache}{started}{shared}"
+
+
+def rollouts_line(trainer, args: GRPOConfig) -> str | None:
+    """The start-up line for asynchronous rollouts, when on: the generator, how far ahead, the staleness bound and the
+    correction (so a user can tell the run is off-policy, and by how much)."""
+    if trainer.rollouts is None:
+        return None
+    generator = type(trainer.rollouts.generator).__name__.replace("Generator", "").lower() or "the policy's copy"
+    return (f"  rollouts async: a producer thread generates ({generator}) {trainer.rollouts.lookahead} generation "
+            f"batch(es) ahead; a batch more than max_staleness {args.max_staleness} optimizer steps old is dropped "
+            f"and generated again; weights to the generator every {args.weight_sync_steps} step(s); importance "
+            f"sampling {args.vllm_importance_sampling_mode}, clipped to [{args.vllm_importance_sampling_clip_min:g}, "
+            f"{args.vllm_importance_sampling_clip_max:g}]")
+
+
+def tools_line(script_args: GRPOScriptArguments, args: GRPOConfig) -> str | None:
+    """The start-up line for tool use, when on: the tools, the environment, the turns and the per-rollout budget."""
+    tools, environment = list(script_args.tools or []), script_args.environment
+    if not tools and not environment:
+        return None
+    parts = [", ".join(map(str, tools)), f"environment {environment}" if environment else "",
+             f"up to {args.max_tool_calling_iterations} tool turns a rollout"]
+    if "python" in tools:
+        parts.append(f"python in the jail: {script_args.tool_calls_per_rollout} calls and "
+                     f"{script_args.tool_seconds_per_rollout:g} s a rollout, {script_args.tool_time_limit:g} s and "
+                     f"{script_args.tool_max_output} characters a call")
+    return "  tools    " + "; ".join(p for p in parts if p)
 
 
 def sampling_line(args: GRPOConfig) -> str | None:
