@@ -312,8 +312,8 @@ def rollouts_line(trainer, args: GRPOConfig) -> str | None:
     return (f"  rollouts async: a producer thread generates ({generator}) {trainer.rollouts.lookahead} generation "
             f"batch(es) ahead; a batch more than max_staleness {args.max_staleness} optimizer steps old is dropped "
             f"and generated again; weights to the generator every {args.weight_sync_steps} step(s); importance "
-            f"sampling {args.vllm_importance_sampling_mode}, clipped to [{args.vllm_importance_sampling_clip_min:g}, "
-            f"{args.vllm_importance_sampling_clip_max:g}]")
+            f"sampling {args.vllm_importance_sampling_mode} (clip_min {args.vllm_importance_sampling_clip_min}, "
+            f"clip_max {args.vllm_importance_sampling_clip_max})")
 
 
 def tools_line(script_args: GRPOScriptArguments, args: GRPOConfig) -> str | None:
