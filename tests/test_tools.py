@@ -102,6 +102,25 @@ def test_only_the_models_words_are_judged_a_rollout_ending_on_the_tools_turn_has
     assert message_text([{"role": "user", "content": "What is 6 * 7?"}]) == "What is 6 * 7?"  # a prompt's question
 
 
+
+def test_a_rollout_cut_off_at_its_call_is_recorded_with_its_trajectory(tmp_path):
+    """TRL drops a tool reply that would pass max_completion_length: the rollout is the call turn alone, whose text
+    is empty; it was recorded as an empty completion."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from r1kit.integrity.rewardtap import CompletionsRecorder
+
+    trainer = SimpleNamespace(accelerator=SimpleNamespace(process_index=0), model=SimpleNamespace(training=True),
+                              state=SimpleNamespace(global_step=0), reward_func_names=["accuracy_reward"],
+                              generation_round=None)
+    cut = [{"role": "assistant", "content": "", "tool_calls": [call("print(6*7)")]}]
+    CompletionsRecorder(str(tmp_path))(trainer, [[{"role": "user", "content": "6 * 7?"}]], [cut], torch.tensor([[0.0]]))
+    [row] = [json.loads(line) for line in (tmp_path / "completions.jsonl").read_text().splitlines()]
+    assert row["completion"] == "" and row["trajectory"][0]["tool_calls"][0]["arguments"] == {"code": "print(6*7)"}
+
+
 def test_malformed_calls_are_not_calls():
     assert python_calls([{"role": "assistant", "tool_calls": [
         call("   "), call("print(1)", name="shell"), {"type": "function", "function": {"name": "python"}},

@@ -145,7 +145,9 @@ class CompletionsRecorder(TrainerCallback):
                 }
                 if training and trainer.generation_round is not None:
                     row["round"] = trainer.generation_round
-                if isinstance(completion, list) and len(completion) > 1:  # tool use: every turn, by role
+                # tool use: every turn, by role (a rollout cut off at its call is one turn that holds the call)
+                if isinstance(completion, list) and (len(completion) > 1 or any(
+                        isinstance(m, dict) and m.get("tool_calls") for m in completion)):
                     row["trajectory"] = trajectory(completion)
                 f.write(json.dumps(row) + "\n")
 
