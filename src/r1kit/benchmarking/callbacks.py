@@ -138,7 +138,7 @@ class HeldOutAccuracyCallback(TrainerCallback):
         return self.evaluate(model, step) if due else None
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
-        self.rank, self.world_size = args.process_index, args.world_size
+        self.rank, self.world_size = getattr(args, "process_index", 0), args.world_size
         if self.is_main_process:
             self.resume_history(state.global_step)
         self._train_start, self._eval_seconds = time.monotonic(), 0.0

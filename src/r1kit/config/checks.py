@@ -125,3 +125,18 @@ def check_generation_batch(args: Any, world_size: int) -> None:
             f"Valid num_generations for this world size: {', '.join(map(str, valid)) or 'none (batch < 2)'}; "
             "or change per_device_train_batch_size / gradient_accumulation_steps."
         )
+
+
+# The async read-ahead's arithmetic: a recipe is checked with it, the producer sized by it (r1kit.training.rollouts)
+def lookahead_batches(max_staleness: int, weight_sync_steps: int, steps_per_batch: int = 1) -> int:
+    """Generation batches read ahead so that no row is ever older than `max_staleness` optimizer steps when its batch
+    starts training: a batch read `d` batches ahead, just before weights that are synchronised every `k` steps
+    change, is `d x steps_per_batch + k - 1` steps old at its turn (a generation batch spans `steps_per_batch`
+    optimizer steps: `steps_per_generation x num_iterations / gradient_accumulation_steps`; the rows of its later
+    steps lag as they do in TRL's synchronous trainer, which is not the async producer's doing)."""
+    return max(0, (max_staleness - weight_sync_steps + 1) // max(1, steps_per_batch))
+
+
+def optimizer_steps_per_batch(steps_per_generation: int, num_iterations: int, accumulation: int) -> int:
+    """Optimizer steps one generation batch is trained over."""
+    return max(1, -(-steps_per_generation * num_iterations // max(1, accumulation)))

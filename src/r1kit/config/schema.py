@@ -27,6 +27,8 @@ from r1kit.config.checks import (  # noqa: F401 (read from here too)
     check_range,
     check_trl_choice,
     literal_fields,
+    lookahead_batches,
+    optimizer_steps_per_batch,
     trl_choices,
 )
 from r1kit.config.command import check_choice  # noqa: F401 (read from here too)
@@ -506,8 +508,6 @@ class GRPOConfig(RunFields, trl.GRPOConfig):
         when it trains: dropped and generated again, so async would bring nothing. Refused before the model loads."""
         if not self.async_rollouts:
             return
-        from r1kit.training.rollouts import lookahead_batches, optimizer_steps_per_batch  # deferred: torch
-
         span = optimizer_steps_per_batch(self.steps_per_generation, self.num_iterations,
                                          self.gradient_accumulation_steps)
         if lookahead_batches(self.max_staleness, self.weight_sync_steps, span) == 0:

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from r1kit.config.checks import lookahead_batches, optimizer_steps_per_batch  # noqa: F401 (read from here too)
 from r1kit.errors import GenerationUnavailable, RefusedReply, one_line
 
 logger = logging.getLogger(__name__)
@@ -46,20 +47,6 @@ ROLLOUT_TOTALS = "rollouts.json"  # in the output folder, when training ends: th
 RETRIES = 2  # a failed job is tried this many more times before the run stops (exit 75)
 BACKOFF_SECONDS = (1.0, 4.0)  # wait before each retry: a restarting server gets a moment
 POLL_SECONDS = 1.0  # how often a waiting trainer checks that the producer is alive
-
-
-def lookahead_batches(max_staleness: int, weight_sync_steps: int, steps_per_batch: int = 1) -> int:
-    """Generation batches read ahead so that no row is ever older than `max_staleness` optimizer steps when its batch
-    starts training: a batch read `d` batches ahead, just before weights that are synchronised every `k` steps
-    change, is `d x steps_per_batch + k - 1` steps old at its turn (a generation batch spans `steps_per_batch`
-    optimizer steps: `steps_per_generation x num_iterations / gradient_accumulation_steps`; the rows of its later
-    steps lag as they do in TRL's synchronous trainer, which is not the async producer's doing)."""
-    return max(0, (max_staleness - weight_sync_steps + 1) // max(1, steps_per_batch))
-
-
-def optimizer_steps_per_batch(steps_per_generation: int, num_iterations: int, accumulation: int) -> int:
-    """Optimizer steps one generation batch is trained over."""
-    return max(1, -(-steps_per_generation * num_iterations // max(1, accumulation)))
 
 
 def batch_signature(rows: list[dict], key: Callable[[dict], str]) -> tuple[str, ...]:
