@@ -103,10 +103,10 @@ def assert_both_ranks_stopped_unsaved(code: int, log: str, out: Path, why: str) 
 @pytest.mark.slow
 def test_a_rank_hung_in_its_step_ends_the_run_after_stall_timeout_with_exit_75(tmp_path, tiny_model_dir,
                                                                                 math_jsonl):
-    out, recipe = hanging_recipe(tmp_path, tiny_model_dir, math_jsonl, stall_timeout=30)
+    out, recipe = hanging_recipe(tmp_path, tiny_model_dir, math_jsonl, stall_timeout=45)
     launch = Launch("grpo", "--world-size", "2", "--config", str(recipe))
     assert_both_ranks_stopped_unsaved(launch.finish(STARTUP_SECONDS + 120), launch.log, out,
-                                      "step 2 did not end within stall_timeout (30 s)")
+                                      "step 2 did not end within stall_timeout (45 s)")
 
 
 @pytest.mark.slow
