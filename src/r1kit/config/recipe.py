@@ -346,6 +346,7 @@ def parse_recipe(command: CommandLine, dataclass_types: tuple = GRPO_TYPES, worl
             training_args.check_sampling()  # per process: with the real steps, not the N-rank stand-in
         apply_vllm_server_keys(explicit, training_args)
         training_args.settle_async_rollouts(explicit)
+        training_args.check_async_span()  # with the per-process steps_per_generation (put back above)
         if defaults is None:
             warn_moved_defaults(explicit, training_args)
     return ParsedRecipe(tuple(built), env, explicit)

@@ -401,7 +401,6 @@ class GRPOConfig(RunFields, trl.GRPOConfig):
         self.check_grpo_fields()
         super().__post_init__()
         self.check_sampling()  # after TRL's: it derives steps_per_generation from generation_batch_size
-        self.check_async_span()
 
     def benchmark_generation_length(self) -> int:
         return self.benchmark_max_new_tokens or self.max_completion_length
@@ -505,7 +504,8 @@ class GRPOConfig(RunFields, trl.GRPOConfig):
     def check_async_span(self) -> None:
         """Async rollouts read whole generation batches ahead: one that spans more optimizer steps than max_staleness
         allows (steps_per_generation x num_iterations past the accumulation) makes every batch read ahead too stale
-        when it trains: dropped and generated again, so async would bring nothing. Refused before the model loads."""
+        when it trains: dropped and generated again, so async would bring nothing. Refused before the model loads
+        (by the recipe parser, once the per-process steps_per_generation is known: `r1kit.config.recipe`)."""
         if not self.async_rollouts:
             return
         span = optimizer_steps_per_batch(self.steps_per_generation, self.num_iterations,

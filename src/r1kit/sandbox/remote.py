@@ -359,6 +359,7 @@ def router_reply_limit(program: Program, max_output: int = 16 << 20) -> int:
     4 x `max_output` of output in all (in base64: 4/3), what the local provider reads at most, plus room for the JSON
     around them. Past it, only the program's output can have filled it (remotely nothing stops a program writing to
     the harness's own stdout), so its tests are wrong."""
+    max_output = program.output_limit(max_output)  # (a program's own, smaller limit: a tool call's)
     return (2 << 20) + len(program.inputs) * 16384 + 4 * (max_output + 4096) * 4 // 3
 
 
@@ -408,7 +409,7 @@ class _ScriptProvider:
         self.stalls.check(url)
         try:
             answer = post_json(f"{url.rstrip('/')}/execute_batch", body, timeout + self.request_timeout, self.retries,
-                               max_bytes=router_reply_limit(program, program.output_limit(16 << 20)))
+                               max_bytes=router_reply_limit(program))
         except OutOfTime:
             self.stalls.add(url)
             raise
