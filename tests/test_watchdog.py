@@ -109,3 +109,21 @@ def test_what_a_thread_was_doing_names_its_innermost_call_and_the_innermost_call
         thread.join()
     assert said.startswith("in wait (") and "called from blocked_in_a_collective (tests/test_watchdog.py:" in said
     assert activity(None) == "not running"
+
+
+def test_the_bounds_come_from_the_recipe_and_a_healthy_long_step_outlives_ddp_timeout():
+    """A rank waiting in a collective stops at ddp_timeout by itself (its peer gone: exit 75); the watchdog bounds the
+    waits no collective covers, by default at twice that, so a long but healthy step is not cut where gloo would not
+    cut it."""
+    from types import SimpleNamespace
+
+    from r1kit.run.lifecycle import Lifecycle
+
+    def bounds(**fields):
+        args = SimpleNamespace(**{"stall_timeout": None, "ddp_timeout": 1800, "stop_grace_seconds": 300.0,
+                                  "process_index": 1, **fields})
+        return Lifecycle("out", False, 2).bound_by(args).bounds
+
+    assert bounds() == (3600.0, 300.0, 1)
+    assert bounds(ddp_timeout=600) == (1200.0, 300.0, 1)
+    assert bounds(stall_timeout=45, stop_grace_seconds=5) == (45.0, 5.0, 1)

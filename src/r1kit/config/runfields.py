@@ -115,7 +115,8 @@ class RunFields(ResumeFields, SealedFields):  # (to_dict never writes a sealed s
         stall_timeout (`float` or `None`, defaults to `None`): seconds a training step (generation, rewards, tools,
             the update, its evaluations and save) may take; a process whose step has not ended by then is hung (a
             collective another rank never joined, a generator or tool that never answers): it says in one line what
-            it was doing and exits 75, the last checkpoint intact. `None`: `ddp_timeout` (1800 s).
+            it was doing and exits 75, the last checkpoint intact. `None`: twice `ddp_timeout` (3600 s): a rank
+            waiting in a collective stops at `ddp_timeout` already; this bounds the waits no collective covers.
         stop_grace_seconds (`float`, defaults to `300.0`): after SIGTERM/SIGINT, seconds the current step may take to
             end and save; then the process exits 75 unsaved (the last checkpoint intact). Slurm's `--signal=TERM@600`
             comes 600 s before its kill.
@@ -142,7 +143,7 @@ class RunFields(ResumeFields, SealedFields):  # (to_dict never writes a sealed s
         default=None, metadata={"help": "CPU threads torch uses (default: torch's choice); 1 suits tiny models."}
     )
     stall_timeout: float | None = field(
-        default=None, metadata={"help": "Seconds a step may take before the run stops as hung (exit 75); default ddp_timeout."}
+        default=None, metadata={"help": "Seconds a step may take before the run stops as hung (exit 75); default 2 x ddp_timeout."}
     )
     stop_grace_seconds: float = field(
         default=300.0, metadata={"help": "Seconds after SIGTERM/SIGINT for the step to end and save; then exit 75 unsaved."}

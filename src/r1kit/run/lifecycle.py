@@ -174,8 +174,9 @@ class Lifecycle:
         self.bounds = (1800.0, 300.0, 0)  # (stall_timeout, stop_grace_seconds, rank): `bound_by`
 
     def bound_by(self, args) -> Lifecycle:
-        """The watchdog's bounds from the run's arguments: `stall_timeout` (else `ddp_timeout`), `stop_grace_seconds`."""
-        stall = getattr(args, "stall_timeout", None) or getattr(args, "ddp_timeout", None) or 1800
+        """The watchdog's bounds from the run's arguments: `stall_timeout` (else twice `ddp_timeout`: a collective
+        times out by itself there, so a healthy long step is never cut at it), `stop_grace_seconds`."""
+        stall = getattr(args, "stall_timeout", None) or 2 * (getattr(args, "ddp_timeout", None) or 1800)
         self.bounds = (float(stall), float(getattr(args, "stop_grace_seconds", 300.0)), int(args.process_index))
         return self
 
