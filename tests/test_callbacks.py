@@ -41,6 +41,8 @@ def test_training_with_both_callbacks_publishes_revisions_and_evaluates_every_ch
         files = {p.name for p in revision.iterdir()}
         assert {"model.safetensors", "config.json", "tokenizer.json", "trainer_state.json"} <= files
         assert not {"optimizer.pt", "scheduler.pt", "rng_state.pth"} & files
+        assert not [name for name in files if name.startswith("r1kit_")]  # the recipe's local paths stay here
+        assert (out / revision.name.replace("v00.00-step-00000000", "checkpoint-") / "r1kit_checkpoint.json").is_file()
     for label in ("checkpoint-2", "checkpoint-4", "final"):
         result = json.loads((out / "eval" / label / "mini_bench.json").read_text())
         assert result["metrics"]["n"] == 3 and len(result["samples"]) == 3

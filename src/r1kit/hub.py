@@ -20,7 +20,10 @@ from r1kit.errors import ConfigError, one_line
 logger = logging.getLogger(__name__)
 
 _TRUE = ("1", "true", "yes", "on")
-EXCLUDED = ["optimizer.pt", "scheduler.pt", "rng_state*.pth", "*.pth", "*.pt", "global_step*", "training_args.bin"]
+# Resume state, not the model: optimizer, schedule, RNG, DeepSpeed shards, and r1kit's own run state (the recipe's
+# local paths in r1kit_checkpoint.json, the pass measurements, the sampling and rollout state)
+EXCLUDED = ["optimizer.pt", "scheduler.pt", "rng_state*.pth", "*.pth", "*.pt", "global_step*", "training_args.bin",
+            "r1kit_*"]
 
 
 # --------------------------------------------------------------------------------------------------------------------
