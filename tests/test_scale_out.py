@@ -32,9 +32,13 @@ def launch_of(strategy: str) -> tuple[str, ...]:
     """The launch docs/scaling-out.md gives for `strategy` on CPU ranks, up to `--config`."""
     if strategy == "ddp":
         return ("grpo", "--world-size", "2")
-    config = {"fsdp2": "fsdp.yaml", "zero3": "zero3.yaml"}[strategy]
-    return ("launch", "accelerate", "launch", "--config_file", str(CONFIGS / config), "--num_processes", "2",
-            "--mixed_precision", "no", "-m", "r1kit.grpo")
+    if strategy == "fsdp2":
+        return ("launch", "accelerate", "launch", "--config_file", str(CONFIGS / "fsdp.yaml"), "--num_processes", "2",
+                "--mixed_precision", "no", "-m", "r1kit.grpo")
+    # ZeRO-3 as its config says (bf16): on ranks without a GPU r1kit trains in fp32 and tells DeepSpeed so (its
+    # config said bf16, and transformers refused the mismatch with a traceback)
+    return ("launch", "accelerate", "launch", "--config_file", str(CONFIGS / "zero3.yaml"), "--num_processes", "2",
+            "-m", "r1kit.grpo")
 
 
 def logged_steps(out: Path) -> list[int]:

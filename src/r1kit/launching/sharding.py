@@ -121,6 +121,11 @@ def apply_launch_defaults(args) -> list[str]:
         if args.ddp_backend is None:
             changed.append("ddp_backend: gloo (DeepSpeed's CPU accelerator)")
             args.ddp_backend = "gloo"
+        precision = os.environ.get("ACCELERATE_MIXED_PRECISION", "no")
+        if precision in ("bf16", "fp16"):  # the launch's; these ranks train in fp32 (apply_machine_defaults), and
+            # DeepSpeed's config would say otherwise: transformers refused the mismatch with a traceback
+            changed.append(f"mixed_precision: no (the accelerate config's {precision}: ranks without a GPU train in fp32)")
+            os.environ["ACCELERATE_MIXED_PRECISION"] = "no"
     elif not args.use_cpu:
         changed.append("use_cpu: true (without it the ranks would form no group and each train alone)")
         args.use_cpu = True
