@@ -68,6 +68,26 @@ def test_a_stop_signal_gives_the_step_stop_grace_seconds_and_later_beats_do_not_
     dog.stop()
 
 
+def test_a_signals_grace_holds_when_a_nearer_stall_bound_came_first_and_a_step_ended_after(capfd, monkeypatch):
+    """The grace was forgotten when the step's own bound was nearer at the signal and a step end then moved it on."""
+    monkeypatch.setattr(watchdog_module, "POLL_SECONDS", 0.01)
+    dog, clock, exits, _, ended = armed(stall=20.0, grace=30.0)
+    dog.start(step=1)
+    clock.now = 10.0
+    dog.stopping("SIGTERM")  # stall bound at 20, grace at 40
+    clock.now = 15.0
+    dog.beat(2)  # the step ended: its next bound is 35, the grace still 40
+    dog.beat(3)
+    clock.now = 34.0
+    dog.beat(4)  # bound 54: the grace, 40, comes first
+    clock.now = 39.0
+    assert not ended.wait(0.2)
+    clock.now = 40.0
+    assert ended.wait(10) and exits == [EXIT_INTERRUPTED]
+    assert "a stop signal (SIGTERM) came" in capfd.readouterr().err
+    dog.stop()
+
+
 def test_a_checkpoint_being_written_gets_one_more_grace_period_then_the_process_ends(monkeypatch):
     monkeypatch.setattr(watchdog_module, "POLL_SECONDS", 0.01)
     dog, clock, exits, _, ended = armed(stall=100.0, grace=10.0)

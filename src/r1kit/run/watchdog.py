@@ -39,13 +39,25 @@ class Watchdog:
         self.stall_seconds, self.grace_seconds, self.rank = stall_seconds, grace_seconds, rank
         self.record, self.clock, self.exit = record, clock, exit
         self.step = 0
-        self.deadline = math.inf
-        self.why = ""
+        self.stall_deadline = math.inf  # the current step's bound (`beat`)
+        self.grace_deadline = math.inf  # a stop signal's bound (`stopping`): no later beat moves it
+        self.signal_name = ""
         self.saving = False  # a checkpoint is being written (set by the run between its step end and its save)
         self.fired = False
         self._main = threading.main_thread().ident
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+
+    @property
+    def deadline(self) -> float:
+        return min(self.stall_deadline, self.grace_deadline)
+
+    @property
+    def why(self) -> str:
+        if self.grace_deadline <= self.stall_deadline:
+            return (f"a stop signal ({self.signal_name}) came and the step did not end and save within "
+                    f"stop_grace_seconds ({self.grace_seconds:g} s)")
+        return f"step {self.step + 1} did not end within stall_timeout ({self.stall_seconds:g} s)"
 
     # --- what the run tells it ------------------------------------------------------------------------------------
     def start(self, step: int = 0) -> None:
@@ -55,25 +67,19 @@ class Watchdog:
             self._thread.start()
 
     def beat(self, step: int) -> None:
-        """A step ended (or training began at `step`): the next has `stall_timeout` seconds, unless a stop signal
-        already set a nearer bound."""
+        """A step ended (or training began at `step`): the next has `stall_timeout` seconds (a stop signal's grace
+        still bounds it)."""
         self.step = step
-        if not self.why.startswith("a stop signal"):
-            self.deadline, self.why = self.clock() + self.stall_seconds, f"step {step + 1} did not end within " \
-                                                                         f"stall_timeout ({self.stall_seconds:g} s)"
+        self.stall_deadline = self.clock() + self.stall_seconds
 
     def stopping(self, signal_name: str) -> None:
-        """A stop signal arrived: the step has `stop_grace_seconds` to end and save."""
-        bound = self.clock() + self.grace_seconds
-        if bound < self.deadline:  # (a nearer stall bound keeps its own reason)
-            self.deadline = bound
-            self.why = f"a stop signal ({signal_name}) came and the step did not end and save within " \
-                       f"stop_grace_seconds ({self.grace_seconds:g} s)"
+        """A stop signal arrived: the step has `stop_grace_seconds` to end and save, whatever steps end meanwhile."""
+        if math.isinf(self.grace_deadline):
+            self.grace_deadline, self.signal_name = self.clock() + self.grace_seconds, signal_name
 
     def training_ended(self) -> None:
         """No step to wait for any more: only a stop signal's grace bounds what follows (the final model)."""
-        if not self.why.startswith("a stop signal"):
-            self.deadline, self.why = math.inf, ""
+        self.stall_deadline = math.inf
 
     def stop(self) -> None:
         self._stop.set()
@@ -88,7 +94,9 @@ class Watchdog:
                 continue
             if self.saving and not self.fired:  # one more grace period for a checkpoint being written
                 self.fired = True
-                self.deadline = self.clock() + self.grace_seconds
+                extended = self.clock() + self.grace_seconds  # (a bound not set stays unset: max with infinity)
+                self.stall_deadline = max(self.stall_deadline, extended)
+                self.grace_deadline = max(self.grace_deadline, extended)
                 continue
             self.expire()
             return
