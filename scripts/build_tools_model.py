@@ -11,6 +11,11 @@ answers `<answer>...</answer>` with what the tool printed. It never learns to ad
 call and the tool's output into the answer. The held-out problems are then run greedily through the same loop, each
 call in r1kit's jail, and the share of replies that call the tool and the accuracy go to `build_summary.json` with
 the settings.
+
+`--task products --tool-share 0.3` builds `r1kit:tool-learner` instead (src/r1kit/assets/tool_learner), the cold start
+of the tool-learning demo (recipes/demo/grpo_tool_learning.yaml): to a product `482*7311=` it calls the tool in a share
+of its fitted replies and answers at once in the rest (with the true product, which it cannot compute: it learns to
+guess). So it can call the tool and copy, but seldom chooses to; GRPO with the tool has to teach it that calling pays.
 """
 
 from __future__ import annotations
@@ -27,19 +32,28 @@ SHIPPED = ("config.json", "generation_config.json", "model.safetensors", "tokeni
            "chat_template.jinja")
 
 
-def call_turn(a: int, b: int) -> dict:
+OPERATORS = {"addition": "+", "products": "*"}
+
+
+def call_turn(a: int, b: int, operator: str = "+") -> dict:
     return {"role": "assistant", "content": "", "tool_calls": [
-        {"type": "function", "function": {"name": "python", "arguments": {"code": f"print({a}+{b})"}}}]}
+        {"type": "function", "function": {"name": "python", "arguments": {"code": f"print({a}{operator}{b})"}}}]}
 
 
-def pairs(tokenizer, tools: list, problems: list[dict]) -> list[dict]:
-    """Prompt and completion texts, two per problem: the call, and the answer after the tool's reply (the tool's
-    reply is in the prompt, never a target)."""
-    rows = []
+def pairs(tokenizer, tools: list, problems: list[dict], operator: str = "+", tool_share: float = 1.0,
+          seed: int = 0) -> list[dict]:
+    """Prompt and completion texts: for a share `tool_share` of the problems two (the call, and the answer after the
+    tool's reply; the tool's reply is in the prompt, never a target), for the rest the answer at once."""
+    import random
+
+    rng, rows = random.Random(seed), []
     for p in problems:
         user = [{"role": "user", "content": p["prompt"]}]
         prompt = tokenizer.apply_chat_template(user, tools=tools, tokenize=False, add_generation_prompt=True)
-        called = user + [call_turn(p["a"], p["b"])]
+        if rng.random() >= tool_share:
+            rows.append({"prompt": prompt, "completion": f"<answer>{p['solution']}</answer><|im_end|>"})
+            continue
+        called = user + [call_turn(p["a"], p["b"], operator)]
         rows.append({"prompt": prompt, "completion": tokenizer.apply_chat_template(
             called, tools=tools, tokenize=False)[len(prompt):]})
         answered = tokenizer.apply_chat_template(called + [{"role": "tool", "name": "python", "content": f"{p['solution']}\n"}],
@@ -53,7 +67,6 @@ def fit(folder: Path, opts) -> tuple:
     from trl import SFTConfig, SFTTrainer
 
     from r1kit.loading.modeling import build_char_tokenizer, build_tiny_llama, set_chat_template
-    from r1kit.sources.tasks import addition_problems
     from r1kit.training.tools import ToolLimits, python_environment
 
     tokenizer = build_char_tokenizer()
@@ -61,7 +74,8 @@ def fit(folder: Path, opts) -> tuple:
     model = build_tiny_llama(tokenizer, hidden_size=opts.hidden, layers=opts.layers, heads=4, seed=opts.seed,
                              max_positions=512)
     tools = [python_environment(ToolLimits())().python]  # rendered by name only: nothing runs while fitting
-    data = Dataset.from_list(pairs(tokenizer, tools, addition_problems("train", opts.problems, opts.seed)))
+    data = Dataset.from_list(pairs(tokenizer, tools, problems(opts.task, "train", opts.problems, opts.seed),
+                                   OPERATORS[opts.task], opts.tool_share, opts.seed))
     config = SFTConfig(output_dir=str(folder / "run"), max_steps=opts.steps, per_device_train_batch_size=32,
                        learning_rate=3e-3, lr_scheduler_type="cosine", warmup_steps=0.05, logging_steps=100,
                        save_strategy="no", report_to="none", bf16=False, use_cpu=True, seed=opts.seed, max_length=None,
@@ -72,41 +86,30 @@ def fit(folder: Path, opts) -> tuple:
 
 
 def through_the_loop(model, tokenizer, problems: list[dict]) -> dict:
-    """Greedy replies with the tool loop: a call runs in the jail, its output goes back, the model answers."""
-    import torch
-    from trl.chat_template_utils import parse_response
-
+    """Greedy replies with the tool loop (r1kit's held-out loop: a call runs in the jail, its output goes back, the
+    model answers): the share that called the tool, and the accuracy."""
+    from r1kit.benchmarking.heldout import ToolLoop, greedy_accuracy
     from r1kit.training.tools import ToolLimits, python_environment
 
-    interpreter = python_environment(ToolLimits())()
-    tools = [interpreter.python]
-    called = right = 0
     model.eval()
-    for p in problems:
-        history, reply = [{"role": "user", "content": p["prompt"]}], {}
-        for _ in range(2):  # a call, then the answer
-            text = tokenizer.apply_chat_template(history, tools=tools, tokenize=False, add_generation_prompt=True)
-            prompt = tokenizer(text, add_special_tokens=False, return_tensors="pt")
-            with torch.no_grad():
-                out = model.generate(**prompt, max_new_tokens=96, do_sample=False,
-                                     eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
-            ids = out[0, prompt["input_ids"].shape[1]:].tolist()
-            reply = parse_response(tokenizer, ids, prefix=prompt["input_ids"][0].tolist(), tools=tools)
-            if not reply.get("tool_calls"):
-                break
-            called += 1
-            history.append(reply)
-            for call in reply["tool_calls"]:
-                interpreter.reset()
-                history.append({"role": "tool", "name": "python",
-                                "content": interpreter.python(call["function"]["arguments"].get("code", ""))})
-        right += f"<answer>{p['solution']}</answer>" in (reply.get("content") or "")
-    return {"tool_use": called / len(problems), "accuracy": right / len(problems)}
+    accuracy, details = greedy_accuracy(model, tokenizer, [p["prompt"] for p in problems],
+                                        [p["solution"] for p in problems], max_new_tokens=96,
+                                        tool_loop=ToolLoop([], python_environment(ToolLimits()), 1))
+    return {"tool_use": sum(d["tool_calls"] > 0 for d in details) / len(details), "accuracy": accuracy}
+
+
+def problems(task: str, split: str, size: int, seed: int) -> list[dict]:
+    from r1kit.sources.tasks import addition_problems, product_problems
+
+    return (addition_problems if task == "addition" else product_problems)(split, size, seed)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, default=ROOT / "src" / "r1kit" / "assets" / "tools_model")
+    parser.add_argument("--task", choices=tuple(OPERATORS), default="addition")
+    parser.add_argument("--tool-share", type=float, default=1.0, help="share of fitted replies that call the tool")
+    parser.add_argument("--out", type=Path, default=None, help="default: src/r1kit/assets/tools_model (addition), "
+                        "src/r1kit/assets/tool_learner (products)")
     parser.add_argument("--hidden", type=int, default=128)
     parser.add_argument("--layers", type=int, default=3)
     parser.add_argument("--problems", type=int, default=6000)
@@ -114,20 +117,19 @@ def main() -> None:
     parser.add_argument("--heldout", type=int, default=100)
     parser.add_argument("--seed", type=int, default=0)
     opts = parser.parse_args()
-
-    from r1kit.sources.tasks import addition_problems
+    opts.out = opts.out or ROOT / "src" / "r1kit" / "assets" / ("tools_model" if opts.task == "addition" else "tool_learner")
 
     with tempfile.TemporaryDirectory(prefix="r1kit-tools-model-") as tmp:
         folder = Path(tmp)
         model, tokenizer, seconds = fit(folder, opts)
-        measured = through_the_loop(model, tokenizer, addition_problems("test", opts.heldout, opts.seed))
+        measured = through_the_loop(model, tokenizer, problems(opts.task, "test", opts.heldout, opts.seed))
         model.save_pretrained(folder / "model")
         tokenizer.save_pretrained(folder / "model")
         opts.out.mkdir(parents=True, exist_ok=True)
         for name in SHIPPED:
             if (folder / "model" / name).exists():
                 shutil.copyfile(folder / "model" / name, opts.out / name)
-    summary = {"built_by": "scripts/build_tools_model.py", "hidden": opts.hidden, "layers": opts.layers,
+    summary = {"built_by": "scripts/build_tools_model.py", "task": opts.task, "tool_share": opts.tool_share, "hidden": opts.hidden, "layers": opts.layers,
                "problems": opts.problems, "steps": opts.steps, "seed": opts.seed, "train_seconds": round(seconds, 1),
                "parameters": sum(p.numel() for p in model.parameters()),
                f"heldout_{opts.heldout}_greedy": measured}

@@ -40,6 +40,7 @@ from r1kit.benchmarking.callbacks import (
     HeldOutAccuracyCallback,
     get_callbacks,
 )
+from r1kit.benchmarking.heldout import ToolLoop
 from r1kit.config.keys import usage
 from r1kit.config.recipe import DEFAULT_RECIPE, GRPO_TYPES, loader_variables_line, run_recipe_command
 from r1kit.config.schema import GRPOConfig, GRPOScriptArguments, ModelConfig
@@ -120,6 +121,8 @@ def build_trainer(script_args: GRPOScriptArguments, training_args: GRPOConfig, m
     tokenizer = get_tokenizer(model_args, training_args)
     is_main = training_args.process_index == 0
     callbacks = get_callbacks(script_args, training_args, raw_dataset or dataset, tokenizer, is_main)
+    # Tools before the model: an environment server that cannot be reached or is too small is refused in one line
+    tools, environment_factory = build_tools(script_args, tokenizer, rollouts_in_flight(training_args))
     model = get_model(model_args, training_args)
     prefilled = script_args.format_think_prefilled
     if prefilled is None:  # decided by the chat template, passed to the format rewards (the recipe stays as parsed)
@@ -141,7 +144,6 @@ def build_trainer(script_args: GRPOScriptArguments, training_args: GRPOConfig, m
         callbacks.append(wires)  # after heldout_accuracy: a step's evaluation is measured the same step
     curriculum_index = (script_args.reward_funcs.index(training_args.curriculum_reward)
                         if training_args.curriculum_active else None)
-    tools, environment_factory = build_tools(script_args, tokenizer)
     trainer = R1Trainer(  # TRL's GRPOTrainer, plus dynamic sampling and the curriculum when turned on
         model=model,
         reward_funcs=reward_funcs,
@@ -165,22 +167,49 @@ def build_trainer(script_args: GRPOScriptArguments, training_args: GRPOConfig, m
     if heldout is not None:
         heldout.engine = trainer.colocated_engine  # greedy answers from the colocated vLLM engine, when there is one
         heldout.every_rank = heldout.engine is None and trainer.passes.sharded()  # every rank forwards sharded weights
+        if script_args.uses_tools:
+            heldout.tool_loop = heldout_tool_loop(script_args, training_args, tools, environment_factory, heldout, is_main)
     if wires is not None:
         wires.attach(trainer, script_args.reward_funcs, heldout, tuple(training_args.second_opinion_kinds or {}))
     return runs.Run(trainer, checkpoint, len(dataset[script_args.dataset_train_split]), script_args.dataset_name,
                     heldout, evaluators, model_name=model_args.model_name_or_path, summary_file="summary.json")
 
 
-def build_tools(script_args: GRPOScriptArguments, tokenizer) -> tuple[list, type | None]:
+def heldout_tool_loop(script_args: GRPOScriptArguments, training_args: GRPOConfig, tools: list, environment_factory,
+                      heldout: HeldOutAccuracyCallback, is_main: bool) -> ToolLoop | None:
+    """Held-out replies through the run's tool loop (as many tool turns as a rollout may take, within its call
+    budget), so held-out accuracy and tool use are measured together; None where the replies come from a vLLM engine
+    or from every rank's share of sharded weights, which generate without the loop (said once)."""
+    if heldout.engine is not None or heldout.every_rank:
+        if is_main:
+            logger.warning("heldout_accuracy: measured without the tool loop (replies from %s); tool use is in the "
+                           "training metrics (tools/*)", "the vLLM engine" if heldout.engine else "sharded weights")
+        return None
+    turns = training_args.max_tool_calling_iterations
+    turns = script_args.tool_calls_per_rollout if turns is None else min(turns, script_args.tool_calls_per_rollout)
+    return ToolLoop(list(tools), environment_factory, turns)
+
+
+def rollouts_in_flight(training_args: GRPOConfig) -> int:
+    """Rollouts generated at once over every process (each holds an environment session while it runs)."""
+    batch = getattr(training_args, "generation_batch_size", None)
+    return int(batch or training_args.per_device_train_batch_size * max(1, training_args.world_size))
+
+
+def build_tools(script_args: GRPOScriptArguments, tokenizer, sessions: int = 1) -> tuple[list, type | None]:
     """The recipe's `tools` and `environment` for TRL (`r1kit.training.tools`); a chat template that cannot render a tool
-    conversation is refused in one line, naming one that can."""
+    conversation is refused in one line, naming one that can; an OpenEnv server must admit `sessions` at once."""
     if not script_args.uses_tools:
         return [], None
     check_tool_template(tokenizer)
     limits = ToolLimits(seconds=script_args.tool_time_limit, memory_mb=script_args.tool_memory_mb,
                         max_output=script_args.tool_max_output, calls=script_args.tool_calls_per_rollout,
                         total_seconds=script_args.tool_seconds_per_rollout)
-    return build_tools_for_trl(script_args.tools, script_args.environment, limits)
+    tools, factory = build_tools_for_trl(script_args.tools, script_args.environment, limits, sessions)
+    if not script_args.reward_funcs and not callable(getattr(factory, "get_reward", None)):
+        raise ConfigError(f"reward_funcs is empty and the environment {script_args.environment} has no reward of its "
+                          "own (no get_reward method): name at least one reward (see `r1kit rewards`)")
+    return tools, factory
 
 
 def reward_watch_listeners(script_args: GRPOScriptArguments, training_args: GRPOConfig, is_main: bool) -> list:
@@ -250,7 +279,9 @@ def startup_summary(script_args, training_args, model_args, trainer, dataset, ch
         + f"; {precision} on {args.device}" + (f" x {world} processes" if world > 1 else "") + ")",
         f"  data     {source}: {data.split_sizes(dataset)} rows; trains on '{script_args.dataset_train_split}', "
         f"prompt column '{script_args.dataset_prompt_column}'",
-        "  rewards  " + ", ".join(f"{name} x{w:g}" for name, w in zip(script_args.reward_funcs, weights)),
+        "  rewards  " + ", ".join([f"{name} x{w:g}" for name, w in zip(script_args.reward_funcs, weights)] + [
+            f"{name} x1 (the environment's)" for name in list(getattr(trainer, "reward_func_names", []))[
+                len(script_args.reward_funcs):]]),
         f"  steps    {steps}, each {prompts_per_step} prompts x {args.num_generations} completions "
         f"(learning rate {args.learning_rate:g}, {getattr(args.lr_scheduler_type, 'value', args.lr_scheduler_type)})",
         f"  output   {args.output_dir}",
@@ -327,6 +358,10 @@ def tools_line(script_args: GRPOScriptArguments, args: GRPOConfig) -> str | None
         parts.append(f"python in the jail: {script_args.tool_calls_per_rollout} calls and "
                      f"{script_args.tool_seconds_per_rollout:g} s a rollout, {script_args.tool_time_limit:g} s and "
                      f"{script_args.tool_max_output} characters a call")
+    if str(environment).startswith("openenv:"):
+        parts.append(f"OpenEnv: {script_args.tool_calls_per_rollout} calls and {script_args.tool_seconds_per_rollout:g} s "
+                     f"a rollout, {script_args.tool_time_limit:g} s and {script_args.tool_max_output} characters a reply; "
+                     "a session per rollout in flight")
     return "  tools    " + "; ".join(p for p in parts if p)
 
 

@@ -149,6 +149,10 @@ def figure(output_dir: Path, history: list[dict], heldout: list[dict], benchmark
     ax = axes[0][1]
     if heldout:
         ax.plot([r["step"] for r in heldout], [r["accuracy"] for r in heldout], marker="o", color="tab:green", label="held-out accuracy")
+        using = [r for r in heldout if isinstance(r.get("tool_use"), (int, float))]
+        if using:  # a run with tools: how often the held-out replies called one, beside how often they were right
+            ax.plot([r["step"] for r in using], [r["tool_use"] for r in using], marker="^", color="tab:blue",
+                    linestyle="--", label="held-out replies calling a tool")
     for name, points in benchmarks.items():
         ax.plot([p[0] for p in points], [p[1] for p in points], marker="s", label=f"{name} pass@1")
     ax.set_ylim(0, 1)
@@ -195,8 +199,11 @@ def draw_tool_use(shares, per_rollout, history: list[dict]) -> None:
                        ("tools/infrastructure_failures", "rollouts the sandbox failed")):
         if series(history, key)[0]:
             shares.plot(*series(history, key), linewidth=1.2, label=label)
+    accuracy = next((k for k in reward_keys(history) if k.startswith("rewards/accuracy")), None)
+    if accuracy:  # what the calls earn, on the same scale as how often they are made
+        shares.plot(*series(history, accuracy), linewidth=1.2, color="tab:green", alpha=0.8, label="accuracy reward")
     shares.set_ylim(-0.02, 1.02)
-    shares.set_title("Tool use (share)")
+    shares.set_title("Tool use and accuracy (training rollouts)")
     for key, label in (("tools/calls_per_rollout", "calls"), ("tools/errors_per_rollout", "errors"),
                        ("tools/seconds_per_rollout", "tool seconds")):
         if series(history, key)[0]:
@@ -247,18 +254,24 @@ def table(history: list[dict], heldout: list[dict], rows: int = 10) -> str:
             "sampling/zero_std_groups_dropped", "sampling/generation_rounds", "kl"]  # sampling: dynamic sampling runs
     keys = [k for k in keys if series(history, k)[0]]
     accuracy = {r["step"]: r["accuracy"] for r in heldout}
+    calls = {r["step"]: r["tool_calls"] for r in heldout if isinstance(r.get("tool_calls"), (int, float))}
     picked = history[:: max(1, math.ceil(len(history) / rows))]
     if history and picked[-1] is not history[-1]:
         picked.append(history[-1])
     names = ["step", *[k.split("/")[1] if k.startswith("rewards/") else k.split("/")[-1] for k in keys]]
     if accuracy:
         names.append("held-out acc")
+    if calls:
+        names.append("h-o calls")
     lines = ["  ".join(f"{n:>12}" for n in names)]
     for entry in picked:
         cells = [f"{entry['step']:>12}"] + [f"{entry[k]:>12.3f}" if isinstance(entry.get(k), (int, float)) else f"{'-':>12}" for k in keys]
         if accuracy:
             nearest = max((s for s in accuracy if s <= entry["step"]), default=None)
             cells.append(f"{accuracy[nearest]:>12.3f}" if nearest is not None else f"{'-':>12}")
+        if calls:
+            nearest = max((s for s in calls if s <= entry["step"]), default=None)
+            cells.append(f"{calls[nearest]:>12.2f}" if nearest is not None else f"{'-':>12}")
         lines.append("  ".join(cells))
     return "\n".join(lines)
 

@@ -23,7 +23,7 @@ from transformers.trainer_callback import ProgressCallback
 
 from r1kit import records
 from r1kit.benchmarking.generation import GenerationStopped
-from r1kit.benchmarking.heldout import greedy_accuracy
+from r1kit.benchmarking.heldout import ToolLoop, greedy_accuracy
 from r1kit.benchmarking.judges import score_answers, score_gym_answers
 from r1kit.errors import ConfigError
 from r1kit.hub import get_hub_client, revision_name
@@ -80,6 +80,9 @@ class HeldOutAccuracyCallback(TrainerCallback):
         self.stop_requested: Callable[[], bool] = lambda: False
         self.interrupted: Callable[[], bool] = lambda: False
         self.progress = True  # a progress bar per evaluation (main process)
+        # Set by the run when it has tools: held-out replies go through the tool loop (with transformers on one
+        # process), and each evaluation records the tool calls per problem beside the accuracy
+        self.tool_loop: ToolLoop | None = None
 
     def training_seconds(self) -> float:
         """Seconds of training so far, evaluations excluded, earlier segments of a resumed run included (what
@@ -102,13 +105,14 @@ class HeldOutAccuracyCallback(TrainerCallback):
         start = time.monotonic()
         trained = self.training_seconds()
         spread = self.every_rank and self.world_size > 1
+        loop = self.tool_loop if not spread and self.engine is None else None
         try:
-            accuracy, _ = greedy_accuracy(
+            accuracy, details = greedy_accuracy(
                 model, self.tokenizer, self.problems, self.golds, self.system_prompt, self.max_new_tokens,
                 timeout=self.timeout, grade=self.grade or score_answers,
                 complete=self.engine.complete if self.engine is not None else None,
                 should_stop=self.stop_requested, progress=f"held-out eval, step {step}" if self.progress else None,
-                ranks=(self.rank, self.world_size) if spread else None,
+                ranks=(self.rank, self.world_size) if spread else None, tool_loop=loop,
             )
         except GenerationStopped:
             self._eval_seconds += time.monotonic() - start
@@ -120,11 +124,16 @@ class HeldOutAccuracyCallback(TrainerCallback):
             return None
         record = {"step": step, "accuracy": accuracy, "seconds": round(time.monotonic() - start, 2), "n": len(self.problems),
                   "train_seconds": round(trained, 2)}
+        if loop is not None:
+            counts = [d.get("tool_calls", 0) for d in details]
+            record["tool_calls"] = round(sum(counts) / max(1, len(counts)), 4)  # per problem
+            record["tool_use"] = round(sum(c > 0 for c in counts) / max(1, len(counts)), 4)  # share calling a tool
         self.history.append(record)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self.path.open("a") as f:
             f.write(json.dumps(record) + "\n")
-        logger.info("Held-out accuracy at step %d: %.3f (%d problems)", step, accuracy, len(self.problems))
+        tools = f"; {record['tool_calls']:.2f} tool calls per problem" if "tool_calls" in record else ""
+        logger.info("Held-out accuracy at step %d: %.3f (%d problems%s)", step, accuracy, len(self.problems), tools)
         return accuracy
 
     def _evaluate_if_new(self, model, step: int) -> float | None:

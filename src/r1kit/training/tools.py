@@ -112,7 +112,15 @@ def run_programs(provider, codes: list[str], limits: ToolLimits) -> dict[str, tu
     return results
 
 
-class PythonInterpreter:
+class CountedEnvironment:
+    """An environment of r1kit's whose rollouts are counted: calls, errors, tool seconds, and infrastructure failures
+    (any makes the rollout's rewards None: `r1kit.integrity.rewardtap`); the trainer logs them as `tools/*`."""
+
+    def _reset_counters(self) -> None:
+        self.calls, self.errors, self.seconds, self.infrastructure_failures = 0, 0, 0.0, 0
+
+
+class PythonInterpreter(CountedEnvironment):
     """One rollout's Python tool (a TRL environment: `reset` between batches, its public method `python` is the tool).
     Stateless calls in r1kit's jail; the rollout's budget of calls and seconds; what happened, for the records."""
 
@@ -124,7 +132,7 @@ class PythonInterpreter:
         self.reset()
 
     def reset(self, **kwargs) -> None:
-        self.calls, self.errors, self.seconds, self.infrastructure_failures = 0, 0, 0.0, 0
+        self._reset_counters()
 
     def python(self, code: str) -> str:
         """Runs a Python program and returns what it prints. Each call starts fresh.
@@ -360,10 +368,12 @@ def check_tool_template(tokenizer) -> None:
                           "TRL parses; r1kit-tools: r1kit's compact one, for small models)")
 
 
-def build(names: list[str], environment: str | None, limits: ToolLimits) -> tuple[list[Callable], Callable | None]:
+def build(names: list[str], environment: str | None, limits: ToolLimits,
+          sessions: int = 1) -> tuple[list[Callable], Callable | None]:
     """(standalone tools, environment factory) for TRL from the recipe's `tools` and `environment`: `python` is
     r1kit's interpreter environment; `module:function` a tool of the user's; `environment: module:Class` the user's
-    environment class (with `SameStartForGroups`)."""
+    environment class (with `SameStartForGroups`); `environment: openenv:...` an OpenEnv server's tools
+    (`r1kit.training.environments`, checked to admit `sessions` rollouts at once)."""
     tools, factory = [], None
     for name in names:
         if name == PYTHON:
@@ -377,6 +387,10 @@ def build(names: list[str], environment: str | None, limits: ToolLimits) -> tupl
         if factory is not None:
             raise ConfigError("tools: python and environment: are each an environment; TRL takes one of them: put "
                               "the interpreter's method on your environment, or drop one")
+        if environment.startswith("openenv:"):
+            from r1kit.training.environments import build as openenv_environment  # deferred: websockets, a server
+
+            return tools, openenv_environment(environment, limits, sessions)
         environment_class = import_object(environment, "environment")
         if not isinstance(environment_class, type):
             raise ConfigError(f"environment: {environment!r} is not a class")

@@ -88,7 +88,7 @@ from r1kit.training.generators import (
 )
 from r1kit.training.passchoice import PASS_STATE, PassRunner
 from r1kit.training.rollouts import Lookahead
-from r1kit.training.tools import UNPARSED_TURNS, PythonInterpreter, checked_response, prefetch
+from r1kit.training.tools import UNPARSED_TURNS, CountedEnvironment, PythonInterpreter, checked_response, prefetch
 from r1kit.vllm_front import authenticated_client
 
 logger = logging.getLogger(__name__)
@@ -364,13 +364,13 @@ class R1Trainer(ShardedAsLaunched, StopOnNonFiniteGradients, AsyncRolloutHooks, 
         return [self.environments[i] for i in continued]
 
     def _log_tool_use(self) -> None:
-        """Per batch, over every rank: the share of rollouts that called the interpreter, its calls, errors and
-        seconds per rollout, and the rollouts the infrastructure failed (TRL logs its own call frequency)."""
+        """Per batch, over every rank: the share of rollouts that called a tool of r1kit's (the interpreter, an
+        OpenEnv server's), their calls, errors and seconds per rollout, and the rollouts the infrastructure failed (TRL logs its own call frequency)."""
         if self.tools:  # turns whose calls were taken as plain text (hostile or broken calls), on this process
             self._metrics["train" if self.model.training else "eval"]["tools/unparsed_turns"].append(
                 float(UNPARSED_TURNS[0]))
             UNPARSED_TURNS[0] = 0
-        environments = [e for e in (self.environments or []) if isinstance(e, PythonInterpreter)]
+        environments = [e for e in (self.environments or []) if isinstance(e, CountedEnvironment)]
         if not environments or not self.tools:
             return
         local = torch.tensor([[float(e.calls > 0), e.calls, e.errors, e.seconds, float(e.infrastructure_failures > 0)]

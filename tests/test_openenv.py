@@ -1,0 +1,239 @@
+"""OpenEnv environments in one key (`environment: openenv:...`): a running server's tools become the policy's, its
+reward joins the run's, r1kit serves an environment class in its jail, and every reply is hostile input."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from r1kit.config.toolfields import openenv_target
+from r1kit.errors import ConfigError
+from r1kit.training import environments as E
+from r1kit.training.tools import ToolLimits
+from tests.helpers import raises_naming, write_recipe
+
+ROOT = Path(__file__).resolve().parents[1]
+PRODUCTS = "openenv:r1kit.sources.openenv_products:ProductsEnv"
+
+
+def test_the_key_is_a_running_servers_address_or_a_class_to_serve_and_nothing_else():
+    assert openenv_target("openenv:http://127.0.0.1:8000") == ("url", "ws://127.0.0.1:8000/ws")
+    assert openenv_target("openenv:https://team-env.hf.space/") == ("url", "wss://team-env.hf.space/ws")
+    assert openenv_target(PRODUCTS) == ("serve", PRODUCTS.removeprefix("openenv:"))
+    for bad in ("openenv:", "openenv:http://", "openenv:envs", "openenv:my env:Env", "openenv:http://h:1?token=x",
+                "openenv:pkg.mod:Not A Class"):
+        with raises_naming("openenv:http://HOST:PORT", "openenv:package.module:EnvClass"):
+            openenv_target(bad)
+
+
+def test_each_listed_tool_becomes_a_method_with_its_name_description_and_parameters():
+    from transformers.utils import get_json_schema
+
+    listed = {"observation": {"tools": [
+        {"name": "move", "description": "Moves a piece.", "input_schema": {
+            "type": "object", "required": ["square"],
+            "properties": {"square": {"type": "string", "description": "Where to, e.g. e4."},
+                           "promote": {"type": "boolean"}}}},
+        {"name": "reset", "description": "taken by TRL", "input_schema": {}},  # TRL's own name: left out
+        {"name": "rm -rf", "description": "not a name", "input_schema": {}},
+        {"name": "_hidden", "description": "private", "input_schema": {}},
+        {"name": "look", "description": "Looks.", "input_schema": {"type": "object"}}]}}
+    specs = E.tool_specs(listed)
+    assert [s.name for s in specs] == ["move", "look"]
+    environment = E.environment_class(E.Endpoint("ws://localhost/ws"), specs, ToolLimits(), "Chess")
+    schema = get_json_schema(environment().move)["function"]
+    assert schema["name"] == "move" and schema["description"] == "Moves a piece."
+    assert schema["parameters"]["required"] == ["square"]
+    assert schema["parameters"]["properties"]["square"] == {"type": "string", "description": "Where to, e.g. e4."}
+    assert schema["parameters"]["properties"]["promote"]["type"] == "boolean"
+    assert environment.__name__ == "Chess"  # the name its reward takes in the run's metrics
+    public = [n for n in dir(environment) if not n.startswith("_") and callable(getattr(environment, n))]
+    assert sorted(public) == ["get_reward", "look", "move", "reset"]  # TRL's tools: look and move, nothing of ours
+    with raises_naming("lists no tools"):
+        E.tool_specs({"observation": {"tools": []}})
+
+
+@pytest.mark.parametrize("reply, why", [
+    ({"observation": {}, "reward": float("nan")}, "finite"),
+    ({"observation": {}, "reward": "1e9"}, "finite"),
+    ({"observation": {}, "reward": True}, "finite"),
+    ({"observation": "text", "reward": 1.0}, "observation"),
+])
+def test_a_reply_out_of_protocol_is_a_transport_failure(reply, why):
+    with pytest.raises(E.TransportFailure, match=why):
+        E.step_outcome(reply)
+
+
+def test_what_the_policy_reads_of_a_tool_is_bounded_and_errors_say_so():
+    assert E.result_text({"result": {"content": [{"type": "text", "text": "x" * 500}]}}, 100).endswith(
+        "(output cut at 100 characters)")
+    assert E.result_text({"error": {"message": "no such tool"}}, 100) == "Error: no such tool"
+    assert E.result_text({"result": {"data": {"a": 1}, "is_error": True}}, 100).startswith("Error")
+    assert E.step_outcome({"observation": {}, "reward": None, "done": 1}) == ({}, 0.0, True)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Real servers: r1kit's jailed one and a loopback one
+# --------------------------------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def openenv_installed():
+    pytest.importorskip("openenv", reason="the openenv extra (pip install 'r1kit[openenv]')")
+    from r1kit.sandbox import jail
+
+    if jail.probe():
+        pytest.skip(f"no jail here: {jail.probe()}")
+
+
+@pytest.fixture(scope="module")
+def hostile(openenv_installed):
+    environment = E.build("openenv:tests.openenv_envs:HostileEnv", ToolLimits(seconds=2, max_output=300, calls=3), 4)
+    yield environment
+    E.shut_down()
+
+
+@pytest.mark.slow
+def test_a_served_environment_runs_in_the_jail_reachable_by_the_trainer_alone(hostile):
+    served = hostile.served
+    assert served.alive()
+    folder = Path(served.socket_path).parent
+    assert folder.stat().st_mode & 0o777 == 0o700 and folder.stat().st_uid == os.geteuid()  # nobody else connects
+    rollout = hostile()
+    rollout.reset(prompt="p")
+    seen = rollout.reach(path=str(ROOT / "README.md"))
+    assert re.fullmatch(r"uid=65534 host=jail no file: FileNotFoundError; no network: OSError", seen), seen
+    assert rollout.get_reward() == 0.0 and rollout.calls == 1 and not rollout.infrastructure_failures
+
+
+@pytest.mark.slow
+def test_a_hang_a_flood_or_an_unreadable_reward_is_the_infrastructures_none_a_tools_own_error_is_wrong(hostile):
+    rollout = hostile()
+    rollout.reset(prompt="p")
+    assert rollout.crash(message="boom").startswith("Error") and "boom" in rollout.crash(message="boom")
+    assert rollout.get_reward() == 0.0 and rollout.errors == 2  # the program's failure: wrong, judged
+    started = time.monotonic()
+    rollout.reset(prompt="p")
+    assert "infrastructure failure" in rollout.hang(seconds=60)
+    assert time.monotonic() - started < 30  # bounded by tool_time_limit (2 s), not the tool's minute
+    assert "infrastructure failure" in rollout.pay(amount="1")  # nothing more once failed
+    assert rollout.get_reward() is None
+    rollout.reset(prompt="p")
+    assert "infrastructure failure" in rollout.flood(megabytes=8)  # past the reply size bound
+    assert rollout.get_reward() is None
+    for amount in ("nan", "inf", "1e400"):  # JSON has no such number: the server sends none, so nothing is paid
+        rollout.reset(prompt="p")
+        rollout.pay(amount=amount)
+        assert rollout.get_reward() == 0.0
+    rollout.reset(prompt="p")
+    for _ in range(3):
+        rollout.pay(amount="0.25")
+    assert "budget is spent" in rollout.pay(amount="100")  # past tool_calls_per_rollout: refused without running
+    assert rollout.get_reward() == 0.75
+    assert not list(hostile.open_sessions)  # get_reward ends each episode's session
+
+
+@pytest.mark.slow
+def test_a_group_starts_alike_the_right_answer_is_paid_and_sessions_close(openenv_installed):
+    environment = E.build(PRODUCTS, ToolLimits(seconds=5, calls=4), 8)
+    try:
+        tasks = {}
+        for row in ({"prompt": "a"}, {"prompt": "a"}, {"prompt": "b"}, {"prompt": "c"}):
+            rollout = environment()
+            task = rollout.reset(**row)
+            tasks.setdefault(row["prompt"], set()).add(task)
+            a, b = map(int, re.search(r"(\d+)\*(\d+)", task).groups())
+            assert rollout.multiply(a=a, b=b) == str(a * b)
+            assert rollout.submit(answer=a * b + (row["prompt"] == "c")) == "submitted"
+            assert rollout.get_reward() == float(row["prompt"] != "c")
+            assert "episode is over" in rollout.submit(answer=1)
+        assert len(tasks["a"]) == 1 and len({*tasks["a"], *tasks["b"], *tasks["c"]}) == 3  # one start per group
+        assert not list(environment.open_sessions)
+    finally:
+        E.shut_down()
+    assert not environment.served.alive() and not Path(environment.served.socket_path).parent.exists()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def loopback_server(openenv_installed):
+    """ProductsEnv served on 127.0.0.1 by `python -m r1kit.sources.openenv_products`, admitting 2 sessions."""
+    port = free_port()
+    process = subprocess.Popen([sys.executable, "-m", "r1kit.sources.openenv_products", "--port", str(port),
+                                "--sessions", "2"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and process.poll() is None:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            time.sleep(0.3)
+    yield url
+    process.send_signal(signal.SIGTERM)
+    process.wait(timeout=30)
+
+
+@pytest.mark.slow
+def test_a_running_server_with_fewer_sessions_than_rollouts_in_flight_is_refused_in_one_line(loopback_server):
+    with raises_naming("admits 2 concurrent sessions", "8 rollouts in flight", "max_concurrent_envs"):
+        E.connect(E.Endpoint(openenv_target(f"openenv:{loopback_server}")[1]), 8, ToolLimits(), "openenv")
+    environment = E.connect(E.Endpoint(openenv_target(f"openenv:{loopback_server}")[1]), 2, ToolLimits(), "openenv")
+    assert environment.__name__ == "ProductsEnv"  # the server's own name (its /metadata): its reward's name
+    rollout = environment()
+    assert "Compute" in rollout.reset(prompt="x")
+    E.close_all(environment)
+
+
+@pytest.mark.slow
+def test_a_class_that_cannot_hold_several_sessions_or_a_server_that_is_not_there_is_refused_in_one_line(
+        openenv_installed):
+    with raises_naming("OneSessionEnv", "4 concurrent sessions", "SUPPORTS_CONCURRENT_SESSIONS"):
+        E.build("openenv:tests.openenv_envs:OneSessionEnv", ToolLimits(), 4)
+    port = free_port()
+    with raises_naming("no OpenEnv server answers", f"ws://127.0.0.1:{port}"):
+        E.build(f"openenv:http://127.0.0.1:{port}", ToolLimits(), 1)
+    E.shut_down()
+
+
+@pytest.mark.slow
+def test_grpo_trains_against_a_running_server_its_reward_under_its_own_name(tmp_path, loopback_server):
+    """`environment: openenv:http://...` in a recipe, as a user runs it: the run refuses a server too small for its
+    rollouts before the model loads, then trains against one that fits; the environment's reward is logged and
+    recorded under its name, and no session is left open on the server."""
+    recipe = {"model_name_or_path": "r1kit:demo-tools", "dtype": "float32", "chat_template": "r1kit-tools",
+              "dataset_name": "r1kit:addition", "reward_funcs": [], "environment": f"openenv:{loopback_server}",
+              "max_tool_calling_iterations": 2, "num_generations": 2, "per_device_train_batch_size": 2,
+              "max_completion_length": 64, "max_steps": 2, "beta": 0.0, "gradient_checkpointing": False,
+              "torch_num_threads": 1, "output_dir": str(tmp_path / "out"), "save_strategy": "no",
+              "logging_steps": 1, "report_to": "none", "seed": 1, "probe_rewards": False}
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    (tmp_path / "big").mkdir()
+    too_many = write_recipe(tmp_path / "big", **{**recipe, "per_device_train_batch_size": 4, "num_generations": 4})
+    done = subprocess.run([sys.executable, "-m", "r1kit.grpo", "--config", str(too_many)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 2 and "admits 2 concurrent sessions, fewer than the 4 rollouts" in done.stderr
+    assert "parameters" not in done.stderr + done.stdout  # refused before the model loaded (no start-up block)
+    done = subprocess.run([sys.executable, "-m", "r1kit.grpo", "--config", str(write_recipe(tmp_path, **recipe))],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "ProductsEnv x1 (the environment's)" in done.stdout + done.stderr
+    logged = [e for e in json.loads((tmp_path / "out" / "trainer_state.json").read_text())["log_history"]
+              if "rewards/ProductsEnv/mean" in e]
+    assert [e["step"] for e in logged] == [1, 2]
+    rows = [json.loads(line) for line in (tmp_path / "out" / "completions.jsonl").read_text().splitlines()]
+    assert rows and all("ProductsEnv" in r["rewards"] for r in rows)
+    # The server still admits its 2 sessions: the run closed every one it opened
+    E.check_capacity(E.Endpoint(openenv_target(f"openenv:{loopback_server}")[1]), 2)
