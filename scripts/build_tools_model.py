@@ -42,23 +42,33 @@ def call_turn(a: int, b: int, operator: str = "+") -> dict:
 
 def pairs(tokenizer, tools: list, problems: list[dict], operator: str = "+", tool_share: float = 1.0,
           seed: int = 0) -> list[dict]:
-    """Prompt and completion texts: for a share `tool_share` of the problems two (the call, and the answer after the
-    tool's reply; the tool's reply is in the prompt, never a target), for the rest the answer at once."""
+    """Prompt and completion texts (the tool's reply is in a prompt, never a target). Per problem:
+
+    - the first turn: with probability `tool_share` the call, else the answer at once (what the model chooses);
+    - with `tool_share` below 1, the call again from just after its opening `print(` (copying the operands, with no
+      say in whether to call);
+    - the answer after the tool's reply (copying what it printed).
+
+    So the skills a call needs are fitted on every problem, and the choice to call on a share of them."""
     import random
 
     rng, rows = random.Random(seed), []
     for p in problems:
         user = [{"role": "user", "content": p["prompt"]}]
         prompt = tokenizer.apply_chat_template(user, tools=tools, tokenize=False, add_generation_prompt=True)
-        if rng.random() >= tool_share:
-            rows.append({"prompt": prompt, "completion": f"<answer>{p['solution']}</answer><|im_end|>"})
-            continue
         called = user + [call_turn(p["a"], p["b"], operator)]
-        rows.append({"prompt": prompt, "completion": tokenizer.apply_chat_template(
-            called, tools=tools, tokenize=False)[len(prompt):]})
+        call = tokenizer.apply_chat_template(called, tools=tools, tokenize=False)[len(prompt):]
+        answer = f"<answer>{p['solution']}</answer><|im_end|>"
+        if rng.random() < tool_share:
+            rows.append({"prompt": prompt, "completion": call})
+        else:
+            rows.append({"prompt": prompt, "completion": answer})
+        if tool_share < 1:
+            opened = call.index("print(") + len("print(")
+            rows.append({"prompt": prompt + call[:opened], "completion": call[opened:]})
         answered = tokenizer.apply_chat_template(called + [{"role": "tool", "name": "python", "content": f"{p['solution']}\n"}],
                                                  tools=tools, tokenize=False, add_generation_prompt=True)
-        rows.append({"prompt": answered, "completion": f"<answer>{p['solution']}</answer><|im_end|>"})
+        rows.append({"prompt": answered, "completion": answer})
     return rows
 
 
@@ -74,7 +84,9 @@ def fit(folder: Path, opts) -> tuple:
     model = build_tiny_llama(tokenizer, hidden_size=opts.hidden, layers=opts.layers, heads=4, seed=opts.seed,
                              max_positions=512)
     tools = [python_environment(ToolLimits())().python]  # rendered by name only: nothing runs while fitting
-    data = Dataset.from_list(pairs(tokenizer, tools, problems(opts.task, "train", opts.problems, opts.seed),
+    # (products: problems of another seed than r1kit:products' default train split, which GRPO then trains on)
+    seed = opts.seed if opts.task == "addition" else 1000 + opts.seed
+    data = Dataset.from_list(pairs(tokenizer, tools, problems(opts.task, "train", opts.problems, seed),
                                    OPERATORS[opts.task], opts.tool_share, opts.seed))
     config = SFTConfig(output_dir=str(folder / "run"), max_steps=opts.steps, per_device_train_batch_size=32,
                        learning_rate=3e-3, lr_scheduler_type="cosine", warmup_steps=0.05, logging_steps=100,

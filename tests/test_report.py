@@ -101,17 +101,26 @@ def test_a_run_with_tools_gets_a_tool_use_panel_its_titles_clear_of_the_others(t
                 "tools/failure_frequency": 0.1, "tools/rollouts_using": 0.1 * s, "tools/calls_per_rollout": 1.0,
                 "tools/errors_per_rollout": 0.2, "tools/seconds_per_rollout": 0.05, "tripwire/collapse": 0.2,
                 "tripwire/collapse/fired": 0.0} for s in range(1, 6)]
-    fig = figure(tmp_path, history, [], {})
+    for entry in history:
+        entry["rewards/accuracy_reward/mean"] = 0.05 * entry["step"]
+    heldout = [{"step": 0, "accuracy": 0.0, "tool_calls": 0.1, "tool_use": 0.1},
+               {"step": 5, "accuracy": 0.6, "tool_calls": 1.0, "tool_use": 0.9}]
+    fig = figure(tmp_path, history, heldout, {})
     fig.canvas.draw()
     titles = {ax.get_title(): ax for ax in fig.axes}
-    shares, per_rollout = titles["Tool use (share)"], titles["Tool use per rollout"]
-    assert [line.get_label() for line in shares.lines] == ["rollouts calling a tool", "calls failed"]
+    shares, per_rollout = titles["Tool use and accuracy (training rollouts)"], titles["Tool use per rollout"]
+    assert [line.get_label() for line in shares.lines] == ["rollouts calling a tool", "calls failed", "accuracy reward"]
     assert list(shares.lines[0].get_ydata()) == pytest.approx([0.1, 0.2, 0.3, 0.4, 0.5])
+    assert list(shares.lines[2].get_ydata()) == pytest.approx([0.05, 0.1, 0.15, 0.2, 0.25])
+    # held-out accuracy and the share of held-out replies calling a tool, side by side on one panel
+    evaluation = titles["Accuracy (greedy, held-out)"]
+    assert {line.get_label(): list(line.get_ydata()) for line in evaluation.lines} == {
+        "held-out accuracy": [0.0, 0.6], "held-out replies calling a tool": [0.1, 0.9]}
     assert {line.get_label() for line in per_rollout.lines} == {"calls", "errors", "tool seconds"}
     renderer = fig.canvas.get_renderer()
     boxes = [ax.title.get_window_extent(renderer) for ax in fig.axes]
     assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
     plt.close(fig)
     without = figure(tmp_path, [{"step": 1, "reward": 0.0, "loss": 0.0, "learning_rate": 1e-4}], [], {})
-    assert "Tool use (share)" not in {ax.get_title() for ax in without.axes}  # no panel without tools
+    assert "Tool use per rollout" not in {ax.get_title() for ax in without.axes}  # no panel without tools
     plt.close(without)

@@ -44,6 +44,7 @@ from r1kit.benchmarking.heldout import ToolLoop
 from r1kit.config.keys import usage
 from r1kit.config.recipe import DEFAULT_RECIPE, GRPO_TYPES, loader_variables_line, run_recipe_command
 from r1kit.config.schema import GRPOConfig, GRPOScriptArguments, ModelConfig
+from r1kit.config.toolfields import OPENENV
 from r1kit.console import add_pass_through_command
 from r1kit.errors import ConfigError
 from r1kit.integrity.rewardtap import CompletionsRecorder
@@ -58,6 +59,7 @@ from r1kit.rewards import get_reward_funcs
 from r1kit.run import pipeline as runs
 from r1kit.run import preflight
 from r1kit.run.lifecycle import RunStopped
+from r1kit.training.environments import build as openenv_environment
 from r1kit.training.tools import ToolLimits, check_tool_template
 from r1kit.training.tools import build as build_tools_for_trl
 from r1kit.training.trainer import R1Trainer
@@ -205,7 +207,10 @@ def build_tools(script_args: GRPOScriptArguments, tokenizer, sessions: int = 1) 
     limits = ToolLimits(seconds=script_args.tool_time_limit, memory_mb=script_args.tool_memory_mb,
                         max_output=script_args.tool_max_output, calls=script_args.tool_calls_per_rollout,
                         total_seconds=script_args.tool_seconds_per_rollout)
-    tools, factory = build_tools_for_trl(script_args.tools, script_args.environment, limits, sessions)
+    environment = script_args.environment
+    if str(environment).startswith(OPENENV):  # the server checked (and served, for a class) before anything loads
+        environment = openenv_environment(environment, limits, sessions)
+    tools, factory = build_tools_for_trl(script_args.tools, environment, limits)
     if not script_args.reward_funcs and not callable(getattr(factory, "get_reward", None)):
         raise ConfigError(f"reward_funcs is empty and the environment {script_args.environment} has no reward of its "
                           "own (no get_reward method): name at least one reward (see `r1kit rewards`)")

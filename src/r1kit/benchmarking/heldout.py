@@ -146,8 +146,9 @@ def tool_loop_replies(model, tokenizer, problems: list[str], loop: ToolLoop, sys
                  for i, t in zip(active, tools)]
         replies = generate(model, tokenizer, texts, max_new_tokens, batch_size, should_stop=should_stop, token_ids=True)
         still = []
-        for i, t, ids in zip(active, tools, replies):
-            reply = _parsed(parse_response, tokenizer, ids, t)
+        for i, t, text, ids in zip(active, tools, texts, replies):
+            prefix = tokenizer(text, add_special_tokens=False)["input_ids"]  # (a response template parses after it)
+            reply = _parsed(parse_response, tokenizer, ids, prefix, t)
             finals[i] = reply.get("content") or ""
             histories[i].append(reply)
             if reply.get("tool_calls") and turn < loop.max_iterations:
@@ -158,10 +159,10 @@ def tool_loop_replies(model, tokenizer, problems: list[str], loop: ToolLoop, sys
     return finals, calls
 
 
-def _parsed(parse_response: Callable, tokenizer, ids: list[int], tools: list) -> dict:
+def _parsed(parse_response: Callable, tokenizer, ids: list[int], prefix: list[int], tools: list) -> dict:
     """A generated turn as a message; what cannot be parsed is its plain text (the model's input is hostile)."""
     try:
-        reply = parse_response(tokenizer, ids, tools=tools or None)
+        reply = parse_response(tokenizer, ids, prefix=prefix, tools=tools or None)
         if isinstance(reply, dict) and isinstance(reply.get("content", ""), str):
             calls = reply.get("tool_calls")
             if calls is None or (isinstance(calls, list) and all(isinstance(c, dict) for c in calls)):

@@ -368,12 +368,12 @@ def check_tool_template(tokenizer) -> None:
                           "TRL parses; r1kit-tools: r1kit's compact one, for small models)")
 
 
-def build(names: list[str], environment: str | None, limits: ToolLimits,
-          sessions: int = 1) -> tuple[list[Callable], Callable | None]:
+def build(names: list[str], environment: str | type | None,
+          limits: ToolLimits) -> tuple[list[Callable], Callable | None]:
     """(standalone tools, environment factory) for TRL from the recipe's `tools` and `environment`: `python` is
     r1kit's interpreter environment; `module:function` a tool of the user's; `environment: module:Class` the user's
-    environment class (with `SameStartForGroups`); `environment: openenv:...` an OpenEnv server's tools
-    (`r1kit.training.environments`, checked to admit `sessions` rollouts at once)."""
+    environment class (with `SameStartForGroups`), or an environment class already made (an OpenEnv server's,
+    `r1kit.training.environments`)."""
     tools, factory = [], None
     for name in names:
         if name == PYTHON:
@@ -387,10 +387,8 @@ def build(names: list[str], environment: str | None, limits: ToolLimits,
         if factory is not None:
             raise ConfigError("tools: python and environment: are each an environment; TRL takes one of them: put "
                               "the interpreter's method on your environment, or drop one")
-        if environment.startswith("openenv:"):
-            from r1kit.training.environments import build as openenv_environment  # deferred: websockets, a server
-
-            return tools, openenv_environment(environment, limits, sessions)
+        if isinstance(environment, type):
+            return tools, environment
         environment_class = import_object(environment, "environment")
         if not isinstance(environment_class, type):
             raise ConfigError(f"environment: {environment!r} is not a class")
