@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 
 from r1kit.config.toolfields import openenv_target
-from r1kit.errors import ConfigError
 from r1kit.training import environments as E
 from r1kit.training.tools import ToolLimits
 from tests.helpers import raises_naming, write_recipe
@@ -241,3 +240,57 @@ def test_grpo_trains_against_a_running_server_its_reward_under_its_own_name(tmp_
     assert rows and all("ProductsEnv" in r["rewards"] for r in rows)
     # The server still admits its 2 sessions: the run closed every one it opened
     E.check_capacity(E.Endpoint(openenv_target(f"openenv:{loopback_server}")[1]), 2)
+
+
+def jail_processes(socket_folder: str) -> list[int]:
+    """Processes whose command line names a server's socket folder or its script (the jail r1kit started)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                command = (entry / "cmdline").read_bytes().decode("utf-8", "replace")
+            except OSError:
+                continue
+            if "openenv server" in command or "r1kit-env-" in command or "openenv_server" in command:
+                found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.slow
+def test_a_served_environment_run_stops_on_a_signal_survives_kill_9_and_resumes_leaving_nothing_behind(
+        tmp_path, openenv_installed):
+    """The run contract holds for an environment run: SIGTERM saves and exits 75; kill -9 takes the jailed server
+    down with the trainer; the resumed run sweeps the dead run's socket folder and finishes; nothing stays running."""
+    from tests.test_lifecycle import Command
+
+    out = tmp_path / "out"
+    recipe = write_recipe(tmp_path, **{
+        "model_name_or_path": "r1kit:demo-tools", "dtype": "float32", "chat_template": "r1kit-tools",
+        "dataset_name": "r1kit:addition", "reward_funcs": [], "environment": PRODUCTS,
+        "max_tool_calling_iterations": 2, "num_generations": 2, "per_device_train_batch_size": 4,
+        "max_completion_length": 64, "max_steps": 8, "beta": 0.0, "gradient_checkpointing": False,
+        "torch_num_threads": 1, "output_dir": str(out), "save_steps": 1, "logging_steps": 1, "report_to": "none",
+        "seed": 1, "probe_rewards": False})
+    before = set(jail_processes(""))
+    run = Command("grpo", recipe)
+    run.wait_for_path(out / "checkpoint-1" / "trainer_state.json")
+    run.proc.send_signal(signal.SIGTERM)
+    assert run.finish() == 75, run.log[-2000:]
+    stopped_at = max(int(p.name.split("-")[1]) for p in out.glob("checkpoint-*"))
+    run = Command("grpo", recipe)
+    run.wait_for_path(out / f"checkpoint-{stopped_at + 1}" / "trainer_state.json")
+    folders = [p for p in Path("/tmp").glob(f"r1kit-env-{run.proc.pid}-*")]
+    assert len(folders) == 1  # the server's socket folder, named after its trainer
+    run.proc.kill()  # kill -9: no handler runs
+    run.finish()
+    deadline = time.monotonic() + 30
+    while set(jail_processes("")) - before and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not set(jail_processes("")) - before  # the jail died with its trainer
+    done = Command("grpo", recipe)
+    assert done.finish() == 0, done.log[-3000:]
+    assert not folders[0].exists()  # swept by the next run
+    assert not list(Path("/tmp").glob(f"r1kit-env-{done.proc.pid}-*"))  # its own removed at its end
+    rows = [json.loads(line) for line in (out / "completions.jsonl").read_text().splitlines()]
+    assert sorted(r["step"] for r in rows) == sorted(s for s in range(1, 9) for _ in range(4))  # each step's once
+    assert all("ProductsEnv" in r["rewards"] for r in rows)
