@@ -46,8 +46,14 @@ def test_each_listed_tool_becomes_a_method_with_its_name_description_and_paramet
         {"name": "rm -rf", "description": "not a name", "input_schema": {}},
         {"name": "_hidden", "description": "private", "input_schema": {}},
         {"name": "look", "description": "Looks.", "input_schema": {"type": "object"}}]}}
+    listed["observation"]["tools"] += [
+        {"name": "calls", "description": "shadowed by r1kit's counter", "input_schema": {}},
+        {"name": "bad_parameter", "input_schema": {"properties": {"class": {"type": "string"}}}},  # a keyword
+        {"name": "nullable", "input_schema": {"properties": {"n": {"type": ["integer", "null"]}}, "required": 5}},
+        "not a tool", {"name": None}]
     specs = E.tool_specs(listed)
-    assert [s.name for s in specs] == ["move", "look"]
+    assert [s.name for s in specs] == ["move", "look", "nullable"]
+    assert specs[2].parameters == {"n": (int, "n")} and specs[2].required == []
     environment = E.environment_class(E.Endpoint("ws://localhost/ws"), specs, ToolLimits(), "Chess")
     schema = get_json_schema(environment().move)["function"]
     assert schema["name"] == "move" and schema["description"] == "Moves a piece."
@@ -56,15 +62,19 @@ def test_each_listed_tool_becomes_a_method_with_its_name_description_and_paramet
     assert schema["parameters"]["properties"]["promote"]["type"] == "boolean"
     assert environment.__name__ == "Chess"  # the name its reward takes in the run's metrics
     public = [n for n in dir(environment) if not n.startswith("_") and callable(getattr(environment, n))]
-    assert sorted(public) == ["get_reward", "look", "move", "reset"]  # TRL's tools: look and move, nothing of ours
+    assert sorted(public) == ["get_reward", "look", "move", "nullable", "reset"]  # TRL's tools, and nothing of ours
     with raises_naming("lists no tools"):
         E.tool_specs({"observation": {"tools": []}})
 
 
 @pytest.mark.parametrize("reply, why", [
-    ({"observation": {}, "reward": float("nan")}, "finite"),
-    ({"observation": {}, "reward": "1e9"}, "finite"),
-    ({"observation": {}, "reward": True}, "finite"),
+    ({"observation": {}, "reward": float("nan")}, "out of bounds"),
+    ({"observation": {}, "reward": 1e308}, "out of bounds"),  # TRL's float32 sums would overflow
+    ({"observation": {}, "reward": -2e6}, "out of bounds"),
+    ({"observation": {}, "reward": 10**400}, "not a number"),  # (float() of it overflows)
+    ({"observation": {}, "reward": "1e9"}, "not a number"),
+    ({"observation": {}, "reward": True}, "not a number"),
+    ({"observation": {}, "reward": 1.0, "done": "false"}, "not a boolean"),  # a string is not done
     ({"observation": "text", "reward": 1.0}, "observation"),
 ])
 def test_a_reply_out_of_protocol_is_a_transport_failure(reply, why):
@@ -77,7 +87,9 @@ def test_what_the_policy_reads_of_a_tool_is_bounded_and_errors_say_so():
         "(output cut at 100 characters)")
     assert E.result_text({"error": {"message": "no such tool"}}, 100) == "Error: no such tool"
     assert E.result_text({"result": {"data": {"a": 1}, "is_error": True}}, 100).startswith("Error")
-    assert E.step_outcome({"observation": {}, "reward": None, "done": 1}) == ({}, 0.0, True)
+    assert E.result_text({"result": {"content": 5, "data": "five"}}, 100) == "five"  # content not a list: no crash
+    assert E.observation_text({"task": "y" * 500, "n": 3}, 100).endswith("(cut at 100 characters)")
+    assert E.step_outcome({"observation": {}, "reward": None, "done": True}) == ({}, 0.0, True)  # null: no reward
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -113,20 +125,27 @@ def test_a_served_environment_runs_in_the_jail_reachable_by_the_trainer_alone(ho
 
 
 @pytest.mark.slow
-def test_a_hang_a_flood_or_an_unreadable_reward_is_the_infrastructures_none_a_tools_own_error_is_wrong(hostile):
+def test_what_a_call_provokes_is_the_calls_failure_and_only_a_server_gone_is_the_infrastructures(hostile):
+    """A hang, a flood, a reward out of bounds, an exception: while the server still answers, the call caused it, and
+    the rollout answers for it (judged: what it earned before, here 0) rather than escaping as unjudged; the policy
+    cannot turn a wrong answer into None by provoking a failure."""
     rollout = hostile()
     rollout.reset(prompt="p")
     assert rollout.crash(message="boom").startswith("Error") and "boom" in rollout.crash(message="boom")
     assert rollout.get_reward() == 0.0 and rollout.errors == 2  # the program's failure: wrong, judged
     started = time.monotonic()
     rollout.reset(prompt="p")
-    assert "infrastructure failure" in rollout.hang(seconds=60)
+    assert "the call to hang failed" in rollout.hang(seconds=60)
     assert time.monotonic() - started < 30  # bounded by tool_time_limit (2 s), not the tool's minute
-    assert "infrastructure failure" in rollout.pay(amount="1")  # nothing more once failed
-    assert rollout.get_reward() is None
+    assert "session ended" in rollout.pay(amount="1")  # nothing more runs in that episode
+    assert rollout.get_reward() == 0.0 and not rollout.infrastructure_failures
     rollout.reset(prompt="p")
-    assert "infrastructure failure" in rollout.flood(megabytes=8)  # past the reply size bound
-    assert rollout.get_reward() is None
+    assert rollout.pay(amount="0.5") == "paid"
+    assert "the call to flood failed" in rollout.flood(megabytes=8)  # past the reply size bound
+    assert rollout.get_reward() == 0.5  # what the episode earned before the failed call, no more
+    rollout.reset(prompt="p")
+    rollout.pay(amount="1e300")  # out of bounds: the call's failure, nothing paid
+    assert rollout.get_reward() == 0.0
     for amount in ("nan", "inf", "1e400"):  # JSON has no such number: the server sends none, so nothing is paid
         rollout.reset(prompt="p")
         rollout.pay(amount=amount)
@@ -137,6 +156,20 @@ def test_a_hang_a_flood_or_an_unreadable_reward_is_the_infrastructures_none_a_to
     assert "budget is spent" in rollout.pay(amount="100")  # past tool_calls_per_rollout: refused without running
     assert rollout.get_reward() == 0.75
     assert not list(hostile.open_sessions)  # get_reward ends each episode's session
+
+
+@pytest.mark.slow
+def test_a_server_that_is_gone_makes_the_rollout_unjudged_never_wrong(openenv_installed):
+    environment = E.build(PRODUCTS, ToolLimits(seconds=2), 2)
+    try:
+        rollout = environment()
+        assert "Compute" in rollout.reset(prompt="p")
+        environment.served.stop()  # the infrastructure fails mid-episode
+        assert "infrastructure failure" in rollout.multiply(a=2, b=3)
+        assert rollout.get_reward() is None and rollout.infrastructure_failures == 1
+        assert rollout.reset(prompt="q") is None and rollout.get_reward() is None  # and at the next start
+    finally:
+        E.shut_down()
 
 
 @pytest.mark.slow
@@ -294,3 +327,42 @@ def test_a_served_environment_run_stops_on_a_signal_survives_kill_9_and_resumes_
     rows = [json.loads(line) for line in (out / "completions.jsonl").read_text().splitlines()]
     assert sorted(r["step"] for r in rows) == sorted(s for s in range(1, 9) for _ in range(4))  # each step's once
     assert all("ProductsEnv" in r["rewards"] for r in rows)
+
+
+@pytest.mark.slow
+def test_held_out_replies_through_a_server_take_no_more_sessions_than_it_admits_and_leave_none_open(
+        openenv_installed, monkeypatch):
+    """The held-out evaluation's tool loop on an OpenEnv environment: problems go through in groups no larger than
+    the sessions the server was checked for, each reset shows its task, and every episode is ended after its group
+    (a session left open would fill the server, and every later rollout would find it full)."""
+    from transformers import AutoTokenizer
+
+    from r1kit.benchmarking import heldout
+    from r1kit.loading.modeling import TOOLS_MODEL, set_chat_template
+
+    tokenizer = AutoTokenizer.from_pretrained(TOOLS_MODEL)
+    set_chat_template(tokenizer, "r1kit-tools")
+    environment = E.build(PRODUCTS, ToolLimits(seconds=5), 2)
+    batches = []
+
+    def generate(model, tok, prompts, max_new_tokens, batch_size=64, should_stop=None, token_ids=True, **kw):
+        batches.append(len(prompts))
+        assert len(environment.open_sessions) <= 2
+        replies = []
+        for prompt in prompts:
+            a, b = map(int, re.search(r"Compute (\d+)\*(\d+)", prompt).groups())  # the reset's task, in the prompt
+            text = (f'<tool_call>{{"name": "submit", "arguments": {{"answer": {a * b}}}}}</tool_call>'
+                    if "<|tool|>" not in prompt else f"<answer>{a * b}</answer>")
+            replies.append(tokenizer(text + "<|im_end|>", add_special_tokens=False)["input_ids"])
+        return replies
+
+    monkeypatch.setattr(heldout, "generate", generate)
+    try:
+        loop = heldout.ToolLoop([], environment, max_iterations=1, max_sessions=2)
+        finals, calls = heldout.tool_loop_replies(None, tokenizer, [f"q{i}" for i in range(5)], loop)
+        assert calls == [1] * 5 and all(f.startswith("<answer>") for f in finals)
+        assert batches == [2, 2, 2, 2, 1, 1]  # groups of 2: a call turn, then an answer turn each
+        assert not environment.open_sessions
+        E.check_capacity(environment.endpoint, 2)  # the server has both sessions free again
+    finally:
+        E.shut_down()

@@ -189,7 +189,8 @@ def heldout_tool_loop(script_args: GRPOScriptArguments, training_args: GRPOConfi
         return None
     turns = training_args.max_tool_calling_iterations
     turns = script_args.tool_calls_per_rollout if turns is None else min(turns, script_args.tool_calls_per_rollout)
-    return ToolLoop(list(tools), environment_factory, turns)
+    sessions = rollouts_in_flight(training_args) if str(script_args.environment).startswith(OPENENV) else None
+    return ToolLoop(list(tools), environment_factory, turns, max_sessions=sessions)  # (a server's sessions bound it)
 
 
 def rollouts_in_flight(training_args: GRPOConfig) -> int:

@@ -102,41 +102,71 @@ MAX_CALLS_PER_REPLY = 8  # tool calls of one held-out reply that run; the rest a
 @dataclass
 class ToolLoop:
     """What a held-out reply may call: the run's standalone `tools` (functions) and `environment_factory` (a class
-    whose public methods are tools, as TRL's environments), `max_iterations` tool turns per reply."""
+    whose public methods are tools, as TRL's environments), `max_iterations` tool turns per reply, and at most
+    `max_sessions` environments open at once (a server's sessions: the problems go through in groups that size)."""
 
     tools: list = field(default_factory=list)
     environment_factory: Callable | None = None
     max_iterations: int = 2
+    max_sessions: int | None = None
 
-    def session(self, row: dict | None = None) -> tuple[Any, dict[str, Callable]]:
-        """A fresh environment (reset with the problem's row, as a rollout's) and the tools by name."""
+    def session(self, row: dict) -> tuple[Any, dict[str, Callable], str | None]:
+        """A fresh environment reset with the problem's row (as a rollout's), the tools by name, and what its reset
+        said (TRL appends that to the prompt)."""
         import inspect
 
         by_name = {tool.__name__: tool for tool in self.tools}
-        environment = None
+        environment, said = None, None
         if self.environment_factory is not None:
             environment = self.environment_factory()
-            environment.reset(**(row or {}))
+            said = environment.reset(**row)
             for name, _ in inspect.getmembers(type(environment), predicate=inspect.isfunction):
                 if name not in ("reset", "get_reward") and not name.startswith("_"):
                     by_name[name] = getattr(environment, name)
-        return environment, by_name
+        return environment, by_name, said if isinstance(said, str) else None
+
+
+def end_session(environment) -> None:
+    """Ends a held-out environment's episode: an OpenEnv session is closed (its reward read), never left open."""
+    ending = getattr(environment, "get_reward", None) if hasattr(environment, "_close") else None
+    try:
+        if ending is not None:
+            ending()
+    except Exception:  # noqa: BLE001 - the episode is over either way
+        logger.debug("a held-out environment did not end cleanly", exc_info=True)
 
 
 def tool_loop_replies(model, tokenizer, problems: list[str], loop: ToolLoop, system_prompt: str | None = None,
                       max_new_tokens: int = 64, batch_size: int = 64, rows: list[dict] | None = None,
                       should_stop: Callable[[], bool] | None = None) -> tuple[list[str], list[int]]:
-    """(each problem's final reply, the tool calls it made): greedy turns through the tool loop, every turn of every
-    problem generated together. A call's failure (an unknown tool, wrong arguments, an exception) is its result's
-    text, as in TRL's loop; a reply's calls past `MAX_CALLS_PER_REPLY` are answered without running."""
+    """(each problem's final reply, the tool calls it made): greedy turns through the tool loop, every turn of a
+    group of problems generated together (`loop.max_sessions` problems a group, all of them without a cap). A call's
+    failure (an unknown tool, wrong arguments, an exception) is its result's text, as in TRL's loop; a reply's calls
+    past `MAX_CALLS_PER_REPLY` are answered without running. Every environment's episode is ended after its group."""
+    finals, calls = [""] * len(problems), [0] * len(problems)
+    group = loop.max_sessions or len(problems) or 1
+    for start in range(0, len(problems), group):
+        indices = list(range(start, min(start + group, len(problems))))
+        sessions = []
+        try:
+            for i in indices:
+                sessions.append(loop.session(rows[i] if rows else {"prompt": problems[i]}))
+            _run_group(model, tokenizer, [problems[i] for i in indices], sessions, loop, system_prompt, max_new_tokens,
+                       batch_size, should_stop, finals, calls, indices)
+        finally:
+            for environment, _, _ in sessions:
+                end_session(environment)
+    return finals, calls
+
+
+def _run_group(model, tokenizer, problems: list[str], sessions: list, loop: ToolLoop, system_prompt: str | None,
+               max_new_tokens: int, batch_size: int, should_stop, finals: list, calls: list, where: list[int]) -> None:
     from trl.chat_template_utils import parse_response  # deferred: trl
 
-    sessions = [loop.session(rows[i] if rows else None) for i in range(len(problems))]
     histories = []
-    for problem in problems:
+    for problem, (_, _, said) in zip(problems, sessions):
         messages = [{"role": "system", "content": system_prompt}] if system_prompt else []
-        histories.append(messages + [{"role": "user", "content": problem}])
-    finals, calls = [""] * len(problems), [0] * len(problems)
+        histories.append(messages + [{"role": "user", "content": problem + (said or "")}])
     active = list(range(len(problems)))
     for turn in range(loop.max_iterations + 1):
         if not active:
@@ -149,14 +179,13 @@ def tool_loop_replies(model, tokenizer, problems: list[str], loop: ToolLoop, sys
         for i, t, text, ids in zip(active, tools, texts, replies):
             prefix = tokenizer(text, add_special_tokens=False)["input_ids"]  # (a response template parses after it)
             reply = _parsed(parse_response, tokenizer, ids, prefix, t)
-            finals[i] = reply.get("content") or ""
+            finals[where[i]] = reply.get("content") or ""
             histories[i].append(reply)
             if reply.get("tool_calls") and turn < loop.max_iterations:
                 histories[i] += _tool_turns(reply["tool_calls"], sessions[i][1])
-                calls[i] += len(reply["tool_calls"])
+                calls[where[i]] += len(reply["tool_calls"])
                 still.append(i)
         active = still
-    return finals, calls
 
 
 def _parsed(parse_response: Callable, tokenizer, ids: list[int], prefix: list[int], tools: list) -> dict:

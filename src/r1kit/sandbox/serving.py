@@ -18,6 +18,7 @@ import logging
 import os
 import shutil
 import socket
+import stat
 import subprocess
 import sysconfig
 import tempfile
@@ -117,7 +118,8 @@ def serve_environment(target: str, sessions: int, memory_bytes: int = JAIL_MEMOR
     listener.listen(max(64, 2 * sessions))
     listener.set_inheritable(True)
     paths = [p if p.startswith(JAIL_SITE) else JAIL_ENV for p in shown.values()]  # sys.path entries inside
-    header = {"paths": list(dict.fromkeys(paths)), "target": target, "sessions": sessions, "fd": listener.fileno()}
+    header = {"paths": list(dict.fromkeys(paths)), "target": target, "sessions": sessions, "fd": listener.fileno(),
+              "memory": memory_bytes}
     cgroups = (jail.create_cgroups(f"r1kit-env-{os.getpid()}-{uuid.uuid4().hex[:12]}", memory_bytes, JAIL_PROCESSES + 8)
                if memory_bytes else [])
     fd = jail._seccomp_fd()
@@ -144,29 +146,37 @@ def serve_environment(target: str, sessions: int, memory_bytes: int = JAIL_MEMOR
 
 
 def sweep_stale_folders() -> int:
-    """Removes the socket folders of servers whose trainer is gone (killed: no exit handler ran); returns how many."""
+    """Removes the socket folders of servers whose trainer is gone (killed: no exit handler ran); returns how many.
+    Only real folders (not links) of this user, named after a process that no longer exists."""
     removed = 0
     for path in Path(tempfile.gettempdir()).glob("r1kit-env-*-*"):
-        pid = path.name.split("-")[2]
-        if not pid.isdigit() or path.stat().st_uid != os.geteuid():
-            continue
         try:
+            info = os.lstat(path)
+            pid = path.name.split("-")[2]
+            if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid() or not pid.isdigit():
+                continue
             os.kill(int(pid), 0)
         except ProcessLookupError:
             shutil.rmtree(path, ignore_errors=True)
-            removed += 1
-        except PermissionError:
-            pass
+            removed += not path.exists()
+        except OSError:  # gone meanwhile, another user's process: left alone
+            continue
     return removed
 
 
 def _drain(stream, tail: collections.deque) -> None:
-    """Keeps the last lines the server writes on stderr (for a refusal's one line), reading at most 1 MB of them."""
-    read = 0
-    for line in iter(stream.readline, b""):
-        read += len(line)
-        if read < 1 << 20:
-            tail.append(line[:600].decode("utf-8", "replace"))
+    """Keeps the last lines the server writes on stderr (for a refusal's one line): read in chunks, whatever it
+    writes (a line without end is not buffered whole), and 1 MB of it at most kept in view."""
+    read, partial = 0, b""
+    while chunk := os.read(stream.fileno(), 65536):
+        read += len(chunk)
+        if read > 1 << 20:
+            continue
+        lines = (partial + chunk).split(b"\n")
+        partial = lines.pop()[-600:]
+        tail.extend(line[:600].decode("utf-8", "replace") for line in lines if line.strip())
+    if partial.strip() and read <= 1 << 20:
+        tail.append(partial.decode("utf-8", "replace"))
 
 
 def _wait_until_ready(served: Served, target: str, sessions: int, startup_seconds: float) -> None:

@@ -36,7 +36,6 @@ import math
 import re
 import threading
 import time
-import weakref
 from dataclasses import dataclass
 
 from r1kit.config.toolfields import openenv_target
@@ -47,7 +46,9 @@ logger = logging.getLogger(__name__)
 
 MAX_MESSAGE_BYTES = 4 << 20  # a server's reply larger than this is a transport failure
 MAX_TOOLS = 64  # tools taken from a server's list
-CONNECT_SECONDS = 10.0
+MAX_PARAMETERS = 32  # parameters taken from a tool's schema (each is rendered into every prompt)
+REWARD_BOUND = 1e6  # a step's reward beyond this (either sign) is malformed: TRL's float32 sums would overflow
+CONNECT_SECONDS = 10.0  # opening a session at most (a run's preflight); a rollout's own opening: its reply time
 INSTALL_HINT = "pip install 'r1kit[openenv]'"
 JSON_TYPES = {"string": str, "integer": int, "number": float, "boolean": bool, "array": list, "object": dict}
 
@@ -66,21 +67,42 @@ class Endpoint:
     url: str
     unix_path: str | None = None
     reply_seconds: float = 30.0  # a reply later than this is a transport failure
+    served: object = None  # the jailed server r1kit runs for it (`r1kit.sandbox.serving.Served`), if any
 
     def describe(self) -> str:
         return f"the environment r1kit serves ({self.unix_path})" if self.unix_path else self.url.removesuffix("/ws")
+
+    def healthy(self) -> bool:
+        """Whether the server still answers: a fresh session opens and answers `state` (a call that failed while it
+        does was the call's own failure, not the infrastructure's)."""
+        if self.served is not None and not self.served.alive():
+            return False
+        try:
+            session = Session(self, open_seconds=min(CONNECT_SECONDS, max(1.0, self.reply_seconds)))
+        except TransportFailure:
+            return False
+        try:
+            session.request("state")
+            return True
+        except TransportFailure:
+            return False
+        finally:
+            session.close()
 
 
 class Session:
     """One WebSocket session of an OpenEnv server (one environment instance on the server)."""
 
-    def __init__(self, endpoint: Endpoint):
+    def __init__(self, endpoint: Endpoint, open_seconds: float = CONNECT_SECONDS):
         try:
             from websockets.sync import client  # deferred: the openenv extra
         except ImportError as e:
             raise ConfigError(f"environment: openenv needs the websockets package ({INSTALL_HINT})") from e
         self.endpoint = endpoint
-        options = {"open_timeout": CONNECT_SECONDS, "max_size": MAX_MESSAGE_BYTES}
+        # A reply at most MAX_MESSAGE_BYTES, at most 2 unread (frames nobody asked for are not buffered by the
+        # dozen), the closing handshake bounded by the reply time
+        options = {"open_timeout": open_seconds, "max_size": MAX_MESSAGE_BYTES, "max_queue": 2,
+                   "close_timeout": min(2.0, endpoint.reply_seconds)}
         if "proxy" in inspect.signature(client.connect).parameters:  # websockets >= 15 reads proxy variables
             options["proxy"] = None  # ... which would send a loopback server's sessions elsewhere
         try:
@@ -128,17 +150,26 @@ class Session:
 
 
 def step_outcome(data: dict) -> tuple[dict, float, bool]:
-    """(observation, reward, done) of a reply; a reward that is not a finite number (or null: none given) is a
-    malformed reply."""
+    """(observation, reward, done) of a reply; a reward that is not a number within +-REWARD_BOUND (null: none
+    given, 0) or a `done` that is not a boolean is a malformed reply."""
     observation = data.get("observation")
     if not isinstance(observation, dict):
         raise TransportFailure("a reply without an observation object")
     reward = data.get("reward")
     if reward is None:
         reward = 0.0
-    if isinstance(reward, bool) or not isinstance(reward, (int, float)) or not math.isfinite(reward):
-        raise TransportFailure(f"a reward that is not a finite number: {str(reward)[:40]}")
-    return observation, float(reward), bool(data.get("done"))
+    try:
+        if isinstance(reward, bool) or not isinstance(reward, (int, float)):
+            raise TypeError
+        reward = float(reward)  # (an integer of 400 digits: OverflowError)
+    except (TypeError, ValueError, OverflowError):
+        raise TransportFailure(f"a reward that is not a number: {str(reward)[:40]}") from None
+    if not math.isfinite(reward) or abs(reward) > REWARD_BOUND:
+        raise TransportFailure(f"a reward out of bounds (|r| <= {REWARD_BOUND:g}): {str(reward)[:40]}")
+    done = data.get("done", False)
+    if not isinstance(done, bool):
+        raise TransportFailure(f"a done flag that is not a boolean: {str(done)[:40]}")
+    return observation, reward, done
 
 
 def result_text(observation: dict, limit: int) -> str:
@@ -149,7 +180,9 @@ def result_text(observation: dict, limit: int) -> str:
         message = error.get("message") if isinstance(error, dict) else error
         text = f"Error: {message}"
     elif isinstance(result, dict):
-        parts = [c.get("text") for c in result.get("content") or [] if isinstance(c, dict) and isinstance(c.get("text"), str)]
+        content = result.get("content")
+        content = content if isinstance(content, list) else []
+        parts = [c.get("text") for c in content if isinstance(c, dict) and isinstance(c.get("text"), str)]
         data = result.get("data")
         text = "\n".join(parts) if parts else (data if isinstance(data, str) else json.dumps(data, default=str))
         if result.get("is_error"):
@@ -160,10 +193,11 @@ def result_text(observation: dict, limit: int) -> str:
     return text if len(text) <= limit else text[:limit] + f"\n... (output cut at {limit} characters)"
 
 
-def observation_text(observation: dict) -> str | None:
-    """What `reset` hands TRL to append to the prompt: the observation's text fields, or None."""
+def observation_text(observation: dict, limit: int) -> str | None:
+    """What `reset` hands TRL to append to the prompt: the observation's text fields (cut at `limit`), or None."""
     parts = [v for k, v in observation.items() if isinstance(v, str) and v.strip() and k not in ("metadata",)]
-    return "\n".join(parts) if parts else None
+    text = "\n".join(parts)
+    return (text if len(text) <= limit else text[:limit] + f"\n... (cut at {limit} characters)") if parts else None
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -173,33 +207,59 @@ def observation_text(observation: dict) -> str | None:
 class ToolSpec:
     name: str
     description: str
-    parameters: dict  # JSON schema properties
+    parameters: dict  # parameter name -> (Python type, description)
     required: list
 
 
+# Names a tool cannot take: TRL's own, and what r1kit's environment holds on each rollout (a tool of that name would
+# be shadowed by the value, and TRL would find no function)
+RESERVED = {"reset", "get_reward", "self", "calls", "errors", "seconds", "infrastructure_failures", "endpoint", "limits",
+            "open_sessions", "served"}
+
+
 def tool_specs(data: dict) -> list[ToolSpec]:
-    """The tools a `list_tools` reply names, checked: identifiers, not r1kit's or TRL's own names, a JSON schema."""
+    """The tools a `list_tools` reply names, each checked (an identifier, not a reserved name, a JSON schema); one
+    that cannot be a method is left out with a warning; `ConfigError` when none can."""
     observation = data.get("observation") if isinstance(data.get("observation"), dict) else {}
     tools = observation.get("tools")
     if not isinstance(tools, list) or not tools:
         raise ConfigError("environment: the OpenEnv server lists no tools (is it a tool environment, an MCPEnvironment?)")
     specs = []
     for tool in tools[:MAX_TOOLS]:
-        if not isinstance(tool, dict):
-            continue
-        name = tool.get("name")
-        schema = tool.get("input_schema") or tool.get("inputSchema") or {}
-        if (not isinstance(name, str) or not name.isidentifier() or name.startswith("_")
-                or name in ("reset", "get_reward") or not isinstance(schema, dict)):
-            logger.warning("environment: the server's tool %r is left out (not a usable method name)", str(name)[:60])
-            continue
-        properties = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
-        properties = {k: v if isinstance(v, dict) else {} for k, v in properties.items() if k.isidentifier()}
-        required = [r for r in schema.get("required") or [] if r in properties]
-        specs.append(ToolSpec(name, str(tool.get("description") or name)[:2000], properties, required))
+        try:
+            specs.append(tool_spec(tool))
+        except ValueError as e:
+            logger.warning("environment: a tool of the server is left out: %s", str(e)[:200])
     if not specs:
         raise ConfigError("environment: none of the OpenEnv server's tools can be a method (names must be identifiers)")
     return specs
+
+
+def tool_spec(tool) -> ToolSpec:
+    """One listed tool as a `ToolSpec`; `ValueError` saying why it cannot be one."""
+    import keyword
+
+    def usable(name) -> bool:
+        return (isinstance(name, str) and name.isidentifier() and not keyword.iskeyword(name)
+                and not name.startswith("_") and name not in RESERVED)
+
+    name = tool.get("name") if isinstance(tool, dict) else None
+    if not usable(name):
+        raise ValueError(f"{str(name)[:60]!r} is not a usable method name")
+    schema = tool.get("input_schema") or tool.get("inputSchema") or {}
+    properties = schema.get("properties") if isinstance(schema, dict) else None
+    parameters = {}
+    for key, value in list((properties if isinstance(properties, dict) else {}).items())[:MAX_PARAMETERS]:
+        if not (isinstance(key, str) and key.isidentifier() and not keyword.iskeyword(key) and key != "self"):
+            raise ValueError(f"{name}: its parameter {str(key)[:60]!r} cannot be a Python parameter")
+        value = value if isinstance(value, dict) else {}
+        kind = value.get("type")
+        kind = next((k for k in kind if isinstance(k, str) and k != "null"), None) if isinstance(kind, list) else kind
+        parameters[key] = (JSON_TYPES.get(kind, str) if isinstance(kind, str) else str,
+                           " ".join(str(value.get("description") or key).split())[:500])
+    required = schema.get("required") if isinstance(schema, dict) else None
+    required = [r for r in required if isinstance(r, str) and r in parameters] if isinstance(required, list) else []
+    return ToolSpec(name, " ".join(str(tool.get("description") or name).split())[:2000], parameters, required)
 
 
 def tool_method(spec: ToolSpec):
@@ -211,19 +271,17 @@ def tool_method(spec: ToolSpec):
 
     parameters, annotations = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)], {}
     lines = []
-    for name, schema in spec.parameters.items():
-        kind = JSON_TYPES.get(schema.get("type"), str)
+    for name, (kind, description) in spec.parameters.items():
         default = inspect.Parameter.empty if name in spec.required else None
         parameters.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default,
                                             annotation=kind if default is inspect.Parameter.empty else kind | None))
         annotations[name] = parameters[-1].annotation
-        lines.append(f"    {name}: {' '.join(str(schema.get('description') or name).split())[:500]}")
+        lines.append(f"    {name}: {description}")
     annotations["return"] = str
     method.__name__ = method.__qualname__ = spec.name
     method.__signature__ = inspect.Signature(parameters, return_annotation=str)
     method.__annotations__ = annotations
-    description = " ".join(spec.description.split()) or spec.name
-    method.__doc__ = description + ("\n\nArgs:\n" + "\n".join(lines) if lines else "")
+    method.__doc__ = (spec.description or spec.name) + ("\n\nArgs:\n" + "\n".join(lines) if lines else "")
     return method
 
 
@@ -232,37 +290,41 @@ def tool_method(spec: ToolSpec):
 # --------------------------------------------------------------------------------------------------------------------
 class OpenEnvEnvironment(CountedEnvironment):
     """One rollout's episode on an OpenEnv server (TRL builds one per rollout and resets it per batch). The tools are
-    methods added by `environment_class`."""
+    methods added by `environment_class`; everything else it holds is private (a tool may take any other name)."""
 
     endpoint: Endpoint
     limits = ToolLimits()
-    open_sessions: weakref.WeakSet  # every instance holding a session (closed at the end of the run)
+    open_sessions: set  # every instance holding a session (closed at the end of the run)
 
     def __init__(self):
-        self.session: Session | None = None
+        self._session: Session | None = None
         self._reset_counters()
-        self.total, self.done = 0.0, False
+        self._total, self._done, self._ended = 0.0, False, None
 
     def reset(self, **row):
-        """Ends the last episode, opens a session and starts an episode seeded from the row."""
+        """Ends the last episode, opens a session and starts an episode seeded from the row. A failure here is the
+        infrastructure's (the policy has done nothing yet): the rollout is unjudged."""
         self._close()
         self._reset_counters()
-        self.total, self.done = 0.0, False
+        self._total, self._done, self._ended = 0.0, False, None
         seed = group_seed(row) % 2**31
         try:
-            self.session = Session(self.endpoint)
+            self._session = Session(self.endpoint, open_seconds=min(CONNECT_SECONDS, max(1.0, self.limits.seconds)))
             self.open_sessions.add(self)
-            observation, _, self.done = step_outcome(self.session.request("reset", {"seed": seed}))
+            observation, _, self._done = step_outcome(self._session.request("reset", {"seed": seed}))
         except TransportFailure as e:
             self._failed(e)
             return None
-        return observation_text(observation)
+        return observation_text(observation, self.limits.max_output)
 
     def _call(self, name: str, arguments: dict) -> str:
         limits = self.limits
         if self.infrastructure_failures:
             return "Error: the environment is unavailable (infrastructure failure)"
-        if self.done:
+        if self._ended:
+            self.errors += 1
+            return f"Error: this episode's session ended ({self._ended}); answer without the tool"
+        if self._done:
             self.errors += 1
             return "Error: the episode is over; answer without the tool"
         if self.calls >= limits.calls or self.seconds >= limits.total_seconds:
@@ -272,23 +334,38 @@ class OpenEnvEnvironment(CountedEnvironment):
         self.calls += 1
         started = time.monotonic()
         try:
-            data = self.session.request("step", {"type": "call_tool", "tool_name": name, "arguments": arguments})
-            observation, reward, self.done = step_outcome(data)
+            data = self._session.request("step", {"type": "call_tool", "tool_name": name, "arguments": arguments})
+            observation, reward, done = step_outcome(data)
+            text = result_text(observation, limits.max_output)
         except TransportFailure as e:
-            self._failed(e)
-            return "Error: the environment is unavailable (infrastructure failure)"
+            return self._call_failed(name, e)
         finally:
             self.seconds += time.monotonic() - started
-        self.total += reward
-        text = result_text(observation, limits.max_output)
+        if not math.isfinite(self._total + reward):
+            return self._call_failed(name, TransportFailure("the episode's reward overflows"))
+        self._total += reward
+        self._done = done
         if text.startswith("Error"):
             self.errors += 1
         return text
 
+    def _call_failed(self, name: str, error: TransportFailure) -> str:
+        """A call whose reply never came, or came out of protocol. If the server still answers, the call itself
+        caused it (a program that never ends, output past every bound, a reward the environment cannot give): the
+        call's failure, which the rollout answers for (its session ends, its reward is what it earned before);
+        else the infrastructure's, and the rollout is unjudged."""
+        self._close()
+        if not self.endpoint.healthy():
+            self._failed(error)
+            return "Error: the environment is unavailable (infrastructure failure)"
+        self.errors += 1
+        self._ended = f"the call to {name} failed: {str(error)[:160]}"
+        return f"Error: {self._ended}"
+
     def get_reward(self) -> float | None:
         """The episode's reward (the sum of its steps'), None when the infrastructure failed it; ends the session."""
         self._close()
-        return None if self.infrastructure_failures else self.total
+        return None if self.infrastructure_failures else self._total
 
     def _failed(self, error: Exception) -> None:
         self.infrastructure_failures += 1
@@ -296,16 +373,17 @@ class OpenEnvEnvironment(CountedEnvironment):
         self._close()
 
     def _close(self) -> None:
-        if self.session is not None:
-            self.session.close()
-            self.session = None
+        if self._session is not None:
+            self._session.close()
+            self._session = None
         self.open_sessions.discard(self)
 
 
 def environment_class(endpoint: Endpoint, specs: list[ToolSpec], limits: ToolLimits, name: str) -> type:
-    """The TRL environment class for a server: one method per tool, named `name` (its reward's name)."""
+    """The TRL environment class for a server: one method per tool, named `name` (its reward's name). Sessions are
+    held strongly (`open_sessions`): one an instance still holds is closed at the end, never left to the collector."""
     members = {spec.name: tool_method(spec) for spec in specs}
-    members.update(endpoint=endpoint, limits=limits, open_sessions=weakref.WeakSet(),
+    members.update(endpoint=endpoint, limits=limits, open_sessions=set(),
                    __doc__=f"The OpenEnv environment at {endpoint.describe()}.")
     return type(name, (OpenEnvEnvironment,), members)
 
@@ -400,8 +478,8 @@ def build(spec: str, limits: ToolLimits, sessions: int) -> type:
             from r1kit.sandbox.serving import serve_environment  # deferred: starts the jailed server
 
             served = serve_environment(target, sessions)
-            environment = connect(Endpoint("ws://localhost/ws", served.socket_path, reply_seconds=limits.seconds),
-                                  sessions, limits, target.rsplit(":", 1)[1])
+            environment = connect(Endpoint("ws://localhost/ws", served.socket_path, reply_seconds=limits.seconds,
+                                           served=served), sessions, limits, target.rsplit(":", 1)[1])
             environment.served = served
         if not _CONNECTED:
             atexit.register(shut_down)

@@ -16,6 +16,10 @@ import sys
 
 
 def main(header: dict) -> None:
+    if header.get("memory"):  # the whole jail is capped where cgroups are usable (root); this process, always
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_AS, (header["memory"], header["memory"]))
     sys.path[:0] = header["paths"]
     os.environ.update(HOME="/tmp/work", XDG_CACHE_HOME="/tmp/work/.cache", XDG_DATA_HOME="/tmp/work/.local/share",
                       XDG_CONFIG_HOME="/tmp/work/.config")  # the jail's only writable place (packages ask for a home)
