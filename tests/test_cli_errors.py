@@ -308,3 +308,27 @@ def test_start_is_quiet_and_says_what_matters(tmp_path, tiny_model_dir, math_jso
     assert "gradient checkpointing" in block[5]  # TRL's default, on here: the buckets' cache prompt stands down
     assert block[6] == f"  output   {tmp_path / 'out'}"
     assert block[7] == "  resume   starts at step 0"
+
+
+def test_every_path_a_recipe_names_is_checked_before_the_heavy_imports(inputs, tiny_model_dir):
+    """A missing dataset file, mixture member, model file or checkpoint is named in the first second, as a typo'd key
+    is, not after half a minute of imports (torch, TRL): checked in a process that imports neither."""
+    cases = {
+        "dataset_name": {"dataset_name": "data/missing.jsonl"},
+        "dataset_mixture.datasets[1].id": {"dataset_name": None,
+                                           "dataset_mixture": mixture("data/math.jsonl", "data/gone.parquet")},
+        "model_name_or_path": {"model_name_or_path": "models/tiny.gguf"},
+        "resume": {"resume": "out/checkpoint-40"},
+    }
+    for field, keys in cases.items():
+        recipe = tiny_recipe(tiny_model_dir, "data/math.jsonl", "out", dataset_prompt_column="problem")
+        recipe.update(keys)
+        path = write_recipe(inputs, **{k: v for k, v in recipe.items() if v is not None})
+        script = ("import sys\nfrom r1kit.config.keys import precheck\nfrom r1kit.errors import ConfigError\n"
+                  f"try:\n    precheck('grpo', ['--config', {str(path)!r}])\nexcept ConfigError as e:\n    print(e)\n"
+                  "print('heavy:', sorted(m for m in ('torch', 'trl', 'transformers', 'datasets') if m in sys.modules))")
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=inputs, timeout=120,
+                              env={**os.environ, "PYTHONPATH": str(REPO)})
+        assert done.stdout.splitlines()[0].startswith(f"{field}: "), done.stdout
+        assert "does not exist" in done.stdout or "existing checkpoint folder" in done.stdout, done.stdout
+        assert done.stdout.splitlines()[-1] == "heavy: []", done.stdout

@@ -194,9 +194,12 @@ def heldout_tool_loop(script_args: GRPOScriptArguments, training_args: GRPOConfi
 
 
 def rollouts_in_flight(training_args: GRPOConfig) -> int:
-    """Rollouts generated at once over every process (each holds an environment session while it runs)."""
-    batch = getattr(training_args, "generation_batch_size", None)
-    return int(batch or training_args.per_device_train_batch_size * max(1, training_args.world_size))
+    """Rollouts this process generates at once (each holds an environment session while it runs). With several
+    processes each checks its own share of a shared server at the same time (together: the whole batch), and each
+    serves its own copy of an environment class."""
+    world = max(1, training_args.world_size)
+    batch = getattr(training_args, "generation_batch_size", None) or training_args.per_device_train_batch_size * world
+    return -(-int(batch) // world)
 
 
 def build_tools(script_args: GRPOScriptArguments, tokenizer, sessions: int = 1) -> tuple[list, type | None]:

@@ -29,6 +29,10 @@ EXCLUDED = ["optimizer.pt", "scheduler.pt", "rng_state*.pth", "*.pth", "*.pt", "
 # --------------------------------------------------------------------------------------------------------------------
 # Hub ids and local paths
 # --------------------------------------------------------------------------------------------------------------------
+DATA_SUFFIXES = (".json", ".jsonl", ".csv", ".parquet", ".arrow", ".txt", ".tsv", ".gz", ".zst")  # a data file's
+MODEL_SUFFIXES = (".gguf", ".safetensors", ".bin", ".pt")  # a model file's
+
+
 def looks_local(name: str, suffixes: tuple[str, ...]) -> bool:
     """Whether `name` is meant as a path: it starts with ./, ../, / or ~, has more than one slash (a Hub id has one),
     or ends in a file extension of `suffixes`."""

@@ -32,9 +32,10 @@ from r1kit.config.command import (
 from r1kit.config.compat import KEY_MIGRATIONS
 from r1kit.console import show
 from r1kit.errors import ConfigError
-from r1kit.hub import relative_to_cwd
+from r1kit.hub import DATA_SUFFIXES, MODEL_SUFFIXES, looks_local, relative_to_cwd
 from r1kit.launching import launch
 from r1kit.rewards import check_reward_names
+from r1kit.state import checkpoints
 
 CATALOGUE_FILE = Path(__file__).with_name("keys.json")
 RECIPE_ONLY_KEYS = ("env", "defaults")  # a recipe file's own keys, which no dataclass has
@@ -163,17 +164,26 @@ def option_values(overrides: list[str]) -> list[tuple[str, str]]:
 
 
 def check_paths(config: dict, overrides: list[str]) -> None:
-    """A dataset or model written as a path (./, ../, /, ~) that does not exist: said now, as the pre-flight would."""
-    given = {**{k: v for k, v in config.items() if k in PATH_KEYS}, **dict(option_values(overrides))}
-    for key in PATH_KEYS:
-        name = given.get(key)
-        if isinstance(name, str) and name.startswith(("./", "../", "/", "~")):
+    """Every dataset, mixture member, model and checkpoint the recipe names as a path (./, ../, /, ~, more than one
+    slash, a data or model file's extension) that does not exist: said now, in a second, before the imports the
+    pre-flight needs (which said the same after half a minute)."""
+    given = {**config, **dict(option_values(overrides))}
+    named = [(key, given.get(key), suffixes) for key, suffixes in PATH_KEYS.items()]
+    mixture = given.get("dataset_mixture")
+    members = mixture.get("datasets") if isinstance(mixture, dict) else None
+    for i, member in enumerate(members if isinstance(members, list) else []):
+        if isinstance(member, dict):
+            named.append((f"dataset_mixture.datasets[{i}].id", member.get("id"), DATA_SUFFIXES))
+    if isinstance(given.get("resume"), str):
+        checkpoints.check_resume(given["resume"])  # auto, never or a checkpoint folder that exists
+    for key, name, suffixes in named:
+        if isinstance(name, str) and name and looks_local(name, suffixes):
             path = Path(os.path.expanduser(name))
             if not path.exists():
                 raise ConfigError(f"{key}: {name} does not exist{relative_to_cwd(path)}; fix the path")
 
 
-PATH_KEYS = ("dataset_name", "model_name_or_path")
+PATH_KEYS = {"dataset_name": DATA_SUFFIXES, "model_name_or_path": MODEL_SUFFIXES}
 
 
 def option_names(overrides: list[str]) -> list[str]:

@@ -12,14 +12,13 @@ from typing import Any
 
 from r1kit.config.schema import DataFields, DatasetMixtureConfig
 from r1kit.errors import ConfigError, one_line
-from r1kit.hub import hub_problem, looks_local, relative_to_cwd
+from r1kit.hub import DATA_SUFFIXES, hub_problem, looks_local, relative_to_cwd  # noqa: F401 (DATA_SUFFIXES: read from here too)
 from r1kit.rewards import required_columns
 from r1kit.sources.gym_data import GYM_PREFIX, is_gym_source, load_gym_source
 from r1kit.sources.tasks import BUILTIN_PREFIX, TASKS, load_task
 
 logger = logging.getLogger(__name__)
 
-DATA_SUFFIXES = (".json", ".jsonl", ".csv", ".parquet", ".arrow", ".txt", ".tsv", ".gz", ".zst")
 FILE_BUILDERS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet"}
 # Below these sizes, loading and mapping take well under a second: a progress bar would only flash past.
 SMALL_FILE_BYTES = 100 * 2**20

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from r1kit.config.command import check_choice
 from r1kit.errors import ConfigError, one_line
-from r1kit.hub import hub_problem, looks_local, relative_to_cwd
+from r1kit.hub import MODEL_SUFFIXES, hub_problem, looks_local, relative_to_cwd  # noqa: F401 (MODEL_SUFFIXES: read from here too)
 from r1kit.machine import has_cuda, installed
 from r1kit.sources.tasks import BUILTIN_PREFIX
 
@@ -43,7 +43,6 @@ CHAT_TEMPLATE = (
 )
 
 
-MODEL_SUFFIXES = (".gguf", ".safetensors", ".bin", ".pt")
 
 
 # --------------------------------------------------------------------------------------------------------------------
