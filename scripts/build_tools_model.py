@@ -101,12 +101,14 @@ def through_the_loop(model, tokenizer, problems: list[dict]) -> dict:
     """Greedy replies with the tool loop (r1kit's held-out loop: a call runs in the jail, its output goes back, the
     model answers): the share that called the tool, and the accuracy."""
     from r1kit.benchmarking.heldout import ToolLoop, greedy_accuracy
-    from r1kit.training.tools import ToolLimits, python_environment
+    from r1kit.training.tools import ToolLimits, prefetch, python_environment
 
     model.eval()
+    environment = python_environment(ToolLimits())
     accuracy, details = greedy_accuracy(model, tokenizer, [p["prompt"] for p in problems],
                                         [p["solution"] for p in problems], max_new_tokens=96,
-                                        tool_loop=ToolLoop([], python_environment(ToolLimits()), 1))
+                                        tool_loop=ToolLoop([], environment, 1, prepare=lambda replies, environments:
+                                                           prefetch(environment, replies, environments)))
     return {"tool_use": sum(d["tool_calls"] > 0 for d in details) / len(details), "accuracy": accuracy}
 
 

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from r1kit.config.recipe import parse_args
 from r1kit.errors import ConfigError
@@ -124,6 +125,23 @@ def test_rerun_tells_the_user_it_resumes_and_how_to_start_fresh(tmp_path, tiny_m
     assert len(lines) == 1, lines  # at the default log level, once
     assert f"{out / 'checkpoint-2'} (step 2" in lines[0] and "resume: never" in lines[0]
     assert json.loads((out / "trainer_state.json").read_text())["global_step"] == 3
+
+
+@pytest.mark.slow
+def test_a_dry_run_of_a_finished_run_says_what_the_run_would_say_not_that_it_resumes(tmp_path, tiny_model_dir,
+                                                                                      math_jsonl, capsys, caplog):
+    from r1kit.cli import main
+
+    out = tmp_path / "out"
+    recipe = tiny_recipe(tiny_model_dir, math_jsonl, out, max_steps=2, save_steps=2)
+    run_recipe(tmp_path, recipe)
+    capsys.readouterr()
+    assert main(["grpo", "--config", str(write_recipe(tmp_path, **recipe)), "--dry-run"]) == 0
+    printed = yaml.safe_load(capsys.readouterr().out.split("recipe OK")[0])
+    assert printed["resume_from"] is None and "complete" in printed["run_state"]
+    assert "Resuming from" not in caplog.text
+    assert main(["grpo", "--config", str(write_recipe(tmp_path, **{**recipe, "max_steps": 3})), "--dry-run"]) == 0
+    assert yaml.safe_load(capsys.readouterr().out.split("recipe OK")[0])["resume_from"] == str(out / "checkpoint-2")
 
 
 @pytest.mark.slow

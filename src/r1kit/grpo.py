@@ -60,7 +60,7 @@ from r1kit.run import pipeline as runs
 from r1kit.run import preflight
 from r1kit.run.lifecycle import RunStopped
 from r1kit.training.environments import build as openenv_environment
-from r1kit.training.tools import ToolLimits, check_tool_template
+from r1kit.training.tools import PythonInterpreter, ToolLimits, check_tool_template, prefetch
 from r1kit.training.tools import build as build_tools_for_trl
 from r1kit.training.trainer import R1Trainer
 from r1kit.vllm_front import client_line
@@ -190,7 +190,11 @@ def heldout_tool_loop(script_args: GRPOScriptArguments, training_args: GRPOConfi
     turns = training_args.max_tool_calling_iterations
     turns = script_args.tool_calls_per_rollout if turns is None else min(turns, script_args.tool_calls_per_rollout)
     sessions = rollouts_in_flight(training_args) if str(script_args.environment).startswith(OPENENV) else None
-    return ToolLoop(list(tools), environment_factory, turns, max_sessions=sessions)  # (a server's sessions bound it)
+    prepare = None
+    if isinstance(environment_factory, type) and issubclass(environment_factory, PythonInterpreter):
+        def prepare(replies, environments):  # a turn's programs run at once in the jail's pool, as in training
+            prefetch(environment_factory, replies, environments)
+    return ToolLoop(list(tools), environment_factory, turns, max_sessions=sessions, prepare=prepare)
 
 
 def rollouts_in_flight(training_args: GRPOConfig) -> int:

@@ -109,6 +109,9 @@ class ToolLoop:
     environment_factory: Callable | None = None
     max_iterations: int = 2
     max_sessions: int | None = None
+    # Called with a turn's replies that call tools and their environments before the calls run, one by one: the
+    # run's Python tool runs them all at once there (`r1kit.training.tools.prefetch`), as in training
+    prepare: Callable[[list[dict], list], Any] | None = None
 
     def session(self, row: dict) -> tuple[Any, dict[str, Callable], str | None]:
         """A fresh environment reset with the problem's row (as a rollout's), the tools by name, and what its reset
@@ -182,9 +185,13 @@ def _run_group(model, tokenizer, problems: list[str], sessions: list, loop: Tool
             finals[where[i]] = reply.get("content") or ""
             histories[i].append(reply)
             if reply.get("tool_calls") and turn < loop.max_iterations:
-                histories[i] += _tool_turns(reply["tool_calls"], sessions[i][1])
-                calls[where[i]] += len(reply["tool_calls"])
                 still.append(i)
+        if still and loop.prepare is not None:
+            loop.prepare([histories[i][-1] for i in still], [sessions[i][0] for i in still])
+        for i in still:
+            reply = histories[i][-1]
+            calls[where[i]] += len(reply["tool_calls"])
+            histories[i] += _tool_turns(reply["tool_calls"], sessions[i][1])
         active = still
 
 

@@ -60,7 +60,7 @@ from r1kit.run.lifecycle import (
     update_run_record,
 )
 from r1kit.run.watchdog import lost_a_peer, watch_launcher
-from r1kit.state import contract, ledger
+from r1kit.state import checkpoints, contract, ledger
 from r1kit.state.checkpoints import CHECKPOINT_RECORD, RUN_RECORD, find_resume_checkpoint, read_run_record
 
 logger = logging.getLogger(__name__)
@@ -620,6 +620,14 @@ def resolved_recipe(*args: Any) -> str:
                 "training_arguments": plain(training_args)}
     if more:
         resolved["filter_arguments"] = plain(more[0])
-    resolved["resume_from"] = find_resume_checkpoint(training_args.output_dir, training_args.resume,
-                                                    getattr(training_args, "resume_without_optimizer", False))
+    # As the run would see it: a completed run that the recipe asks nothing more of is not resumed (the run says so
+    # and trains nothing), so the dry run says that, not which checkpoint it would resume from
+    done = (checkpoints.completed_run(training_args.output_dir, training_args.max_steps, training_args.num_train_epochs)
+            if training_args.resume == "auto" else None)
+    if done:
+        resolved["resume_from"] = None
+        resolved["run_state"] = done
+    else:
+        resolved["resume_from"] = find_resume_checkpoint(training_args.output_dir, training_args.resume,
+                                                        getattr(training_args, "resume_without_optimizer", False))
     return yaml.safe_dump(resolved, sort_keys=False)
