@@ -124,3 +124,32 @@ def test_a_run_with_tools_gets_a_tool_use_panel_its_titles_clear_of_the_others(t
     without = figure(tmp_path, [{"step": 1, "reward": 0.0, "loss": 0.0, "learning_rate": 1e-4}], [], {})
     assert "Tool use per rollout" not in {ax.get_title() for ax in without.axes}  # no panel without tools
     plt.close(without)
+
+
+def test_the_tripwire_panel_keeps_red_for_firing_and_its_legend_off_the_lines(tmp_path):
+    import matplotlib.colors as mcolors
+    import matplotlib.pyplot as plt
+
+    from r1kit.report import figure
+
+    history = [{"step": s, "reward": 0.1, "loss": 0.0, "learning_rate": 1e-4, "tripwire/collapse": 0.1 * s,
+                "tripwire/collapse/fired": 0.0, "tripwire/divergence": 0.05 * s, "tripwire/divergence/fired": 0.0,
+                "tripwire/disagreement": 0.02 * s, "tripwire/disagreement/fired": 0.0,
+                "tripwire/reward_jump": 0.03 * s, "tripwire/reward_jump/fired": 0.0} for s in range(1, 8)]
+    fig = figure(tmp_path, history, [], {})
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    panel = next(ax for ax in fig.axes if ax.get_title().startswith("Tripwires: divergence"))
+    values = [line for line in panel.lines if line.get_linestyle() == "-"]
+    thresholds = [line for line in panel.lines if line.get_linestyle() == "--"]
+    assert len(values) >= 3 and thresholds
+    for line in values:  # no unfired series in the red the title keeps for firing
+        r, g, b = mcolors.to_rgb(line.get_color())
+        assert not (r > 0.7 and g < 0.35 and b < 0.35), line.get_label()
+    box = panel.get_legend().get_window_extent(renderer)
+    for line in thresholds + values:  # the legend covers no threshold and no value
+        xs, ys = line.get_xydata().T
+        points = panel.transData.transform(list(zip(panel.get_xlim() if line in thresholds else xs, ys)))
+        assert not any(box.contains(x, y) for x, y in points), line.get_label()
+        assert all(y < box.y0 for _, y in points), line.get_label()
+    plt.close(fig)

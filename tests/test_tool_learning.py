@@ -194,6 +194,8 @@ def test_the_tool_learning_recipe_dry_runs_and_measures_held_out_tool_use_as_it_
                  "--output_dir", str(out), "--save_strategy", "no"]) == 0
     records = [json.loads(line) for line in (out / "heldout_accuracy.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records] == [0, 1, 2]
+    printed = capsys.readouterr().out  # each held-out measurement, a line as it is measured
+    assert all(f"held-out accuracy at step {s}: " in printed for s in (0, 1, 2)) and "tool calls per problem" in printed
     assert all(r["n"] == 8 and 0 <= r["tool_use"] <= 1 and r["tool_calls"] >= r["tool_use"] for r in records)
     logged = [e for e in json.loads((out / "trainer_state.json").read_text())["log_history"] if "tools/calls_per_rollout" in e]
     assert [e["step"] for e in logged] == [1, 2] and all(e["tools/infrastructure_failures"] == 0 for e in logged)

@@ -224,11 +224,12 @@ def draw_tripwires(ratios, shares, history: list[dict], keys: list[str], fired: 
     differences) on the right, its threshold dashed, and a red mark at each step it fired (a triangle where it
     rolled back)."""
     thresholds = {row["wire"]: row["threshold"] for row in fired if isinstance(row.get("threshold"), (int, float))}
-    for key in keys:
+    for number, key in enumerate(keys):
         name = key.split("/", 1)[1]
         ax = ratios if name.startswith("length_") else shares
         steps, values = series(history, key)
-        (line,) = ax.plot(steps, values, linewidth=1.2, label=name)
+        # Never red: the title keeps red for firing
+        (line,) = ax.plot(steps, values, linewidth=1.2, label=name, color=CALM_COLORS[number % len(CALM_COLORS)])
         threshold = thresholds.get(name, DEFAULT_WIRES[name].threshold if name in DEFAULT_WIRES else None)
         if threshold is not None:
             ax.axhline(threshold, color=line.get_color(), linestyle="--", linewidth=0.8, alpha=0.7)
@@ -246,7 +247,18 @@ def draw_tripwires(ratios, shares, history: list[dict], keys: list[str], fired: 
     shares.set_title("Tripwires: divergence, collapse, disagreement\n(threshold dashed, firing in red)", fontsize=10)
     for ax in (ratios, shares):
         if ax.lines:
-            ax.legend(fontsize=7)
+            legend_above_the_lines(ax)
+
+
+CALM_COLORS = ("tab:blue", "tab:green", "tab:purple", "tab:olive", "tab:cyan", "tab:brown", "tab:gray", "tab:pink")
+
+
+def legend_above_the_lines(ax) -> None:
+    """The legend in a band added above everything drawn (values and dashed thresholds), so it covers none of them."""
+    low, high = ax.get_ylim()
+    rows = -(-len(ax.get_legend_handles_labels()[0]) // 2)
+    ax.set_ylim(low, high + (high - low) * (0.14 * rows + 0.06))
+    ax.legend(fontsize=7, loc="upper left", ncol=2, framealpha=0.9)
 
 
 def table(history: list[dict], heldout: list[dict], rows: int = 10) -> str:

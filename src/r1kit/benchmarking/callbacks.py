@@ -31,6 +31,7 @@ from r1kit.machine import from_main, on_any_rank
 from r1kit.rewards.verify import DEFAULT_TIMEOUT
 
 logger = logging.getLogger(__name__)
+shown = logging.getLogger("r1kit.startup")  # plain lines on the main process at the default level (set by the run)
 
 # The Slurm job script `benchmark_launcher: slurm` submits; it ships inside the package (slurm/evaluate.slurm in a
 # checkout links to it), so an installed r1kit finds it too.
@@ -133,7 +134,9 @@ class HeldOutAccuracyCallback(TrainerCallback):
         with self.path.open("a") as f:
             f.write(json.dumps(record) + "\n")
         tools = f"; {record['tool_calls']:.2f} tool calls per problem" if "tool_calls" in record else ""
-        logger.info("Held-out accuracy at step %d: %.3f (%d problems%s)", step, accuracy, len(self.problems), tools)
+        # A plain line as each is measured, at the default log level (the run's start-up lines' logger)
+        shown.info("held-out accuracy at step %d: %.1f%% (%d problems%s)", step, 100 * accuracy, len(self.problems),
+                   tools)
         return accuracy
 
     def _evaluate_if_new(self, model, step: int) -> float | None:
