@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import pickle
+import re
 import subprocess
 import sys
 import zipfile
@@ -279,9 +280,22 @@ def test_no_secret_from_any_source_reaches_a_file_written_or_pushed(tmp_path, ti
     assert "continues" in logs["resumed run's output"] and (out / "checkpoint-3").is_dir()
     assert "  env      the recipe sets PYTHONPATH" in logs["first run's output"]  # a loader variable, named
     assert sorted(p.name for p in hub.iterdir()) == [f"main-step-00000000{n}" for n in (1, 2, 3)]
-    assert {"checkpoint-1", "checkpoint-3", "training_args.bin", "model.safetensors"} <= {
+    assert {"checkpoint-1", "checkpoint-3", "model.safetensors", "trainer_state.json"} <= {
         p.name for p in (pushed / "main").iterdir()}
+    assert (pushed / "main" / "checkpoint-3" / "optimizer.pt").is_file()  # a pushed checkpoint still resumes
     assert leaks([out, hub, pushed], logs) == []
+    # Nothing of this machine reaches the Hub: no local path, host name or user name in any file pushed or published
+    import getpass
+    import socket
+
+    private = {"a local path": str(tmp_path), "the repository's path": str(ROOT), "the user name": f"/{getpass.getuser()}/"}
+    host = re.compile(rf"(?<![\w.-]){re.escape(socket.gethostname())}(?![\w.-])")
+    for folder in (hub, pushed):
+        for path in (p for p in folder.rglob("*") if p.is_file()):
+            data = (path.read_bytes() + zip_members(path)).replace(f"file://{hub}".encode(), b"")  # (the Hub id given)
+            assert not [what for what, text in private.items() if text.encode() in data], path
+            if path.suffix in (".json", ".md", ".txt", ".jinja", ".yaml"):  # (a short name recurs in binary weights)
+                assert not host.search(data.decode("utf-8", "replace")), path
     # The secrets were there to leak: the pushes used them, each run the one its own recipe or command line gave.
     tokens = [json.loads(line) for line in used.read_text().splitlines()]
     assert set(first_tokens) == {CANARIES["recipe hub_token"]}

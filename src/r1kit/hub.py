@@ -12,6 +12,7 @@ import fnmatch
 import logging
 import os
 import shutil
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Protocol
 
@@ -23,7 +24,40 @@ _TRUE = ("1", "true", "yes", "on")
 # Resume state, not the model: optimizer, schedule, RNG, DeepSpeed shards, and r1kit's own run state (the recipe's
 # local paths in r1kit_checkpoint.json, the pass measurements, the sampling and rollout state)
 EXCLUDED = ["optimizer.pt", "scheduler.pt", "rng_state*.pth", "*.pth", "*.pt", "global_step*", "training_args.bin",
-            "r1kit_*"]
+            "r1kit_*", ".r1kit_*", "*.tmp"]  # (and a record being written: its temporary file)
+# The run's own records in its output folder: this machine's paths, host and command line (r1kit_run.json,
+# summary.json, the pickled training_args.bin), every completion (completions.jsonl), measurements: never uploaded
+# with the model by transformers' push_to_hub either (`private_files_stay`)
+# (a checkpoint pushed with hub_strategy keeps its resume state: optimizer, scheduler, RNG)
+PRIVATE_RECORDS = ["r1kit_*", ".r1kit_*", "*.tmp", "training_args.bin", "summary.json", "*.jsonl", "training_pass.json", "_*", "*.lock",
+                   "eval/*", "*.png"]
+
+
+@contextmanager
+def private_files_stay():
+    """Within it, transformers' own uploads (`push_to_hub`: the output folder at the end; each checkpoint's, with its
+    hub_strategy) leave out `PRIVATE_RECORDS` besides what they leave out themselves, so what reaches the Hub carries
+    no path, host name or command line of this machine."""
+    import transformers.trainer as trainer_module  # deferred: transformers
+
+    original = trainer_module.hf_api
+
+    class Filtered:
+        def __init__(self, api):
+            self._api = api
+
+        def __getattr__(self, name):
+            return getattr(self._api, name)
+
+        def upload_folder(self, *args, ignore_patterns=None, **kwargs):
+            given = [ignore_patterns] if isinstance(ignore_patterns, str) else list(ignore_patterns or [])
+            return self._api.upload_folder(*args, ignore_patterns=given + PRIVATE_RECORDS, **kwargs)
+
+    trainer_module.hf_api = lambda *a, **k: Filtered(original(*a, **k))
+    try:
+        yield
+    finally:
+        trainer_module.hf_api = original
 
 
 # --------------------------------------------------------------------------------------------------------------------

@@ -60,6 +60,7 @@ from trl.trainer import utils as trl_utils
 from trl.trainer.utils import nanstd, use_adapter
 
 from r1kit.errors import ConfigError
+from r1kit.hub import private_files_stay
 from r1kit.integrity.rewardtap import (
     RECENT_REWARD_WARNINGS,
     UnjudgedWatch,
@@ -300,6 +301,14 @@ class R1Trainer(ShardedAsLaunched, StopOnNonFiniteGradients, AsyncRolloutHooks, 
         return ColocatedEngine(self)
 
     # --- transformers and TRL hooks -----------------------------------------------------------------------------------
+    def push_to_hub(self, *args, **kwargs):
+        with private_files_stay():  # the run's records (paths, host, command line) are not the model's
+            return super().push_to_hub(*args, **kwargs)
+
+    def _push_from_checkpoint(self, checkpoint_folder):
+        with private_files_stay():
+            return super()._push_from_checkpoint(checkpoint_folder)
+
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         self._round_rewards = rewards  # gathered over ranks: every rank sees every group's rewards
