@@ -107,9 +107,9 @@ def precheck(command: str, argv: list[str]) -> bool:
         for key, value in option_values(line.overrides):
             if key in by_name:
                 check_value(key, value, by_name[key], " on the command line")
-    check_paths(config, line.overrides)
     if command == "grpo":
         check_reward_names(reward_names(config.get("reward_funcs"), line.overrides))
+    check_paths(config, line.overrides)
     return False
 
 
