@@ -28,17 +28,36 @@ CONFIGS = REPO / "recipes" / "accelerate_configs"
 SHORT = ("--max_steps", "3", "--save_steps", "2", "--heldout_size", "16", "--heldout_eval_steps", "2")
 
 
-def launch_of(strategy: str) -> tuple[str, ...]:
-    """The launch docs/scaling-out.md gives for `strategy` on CPU ranks, up to `--config`."""
-    if strategy == "ddp":
-        return ("grpo", "--world-size", "2")
-    if strategy == "fsdp2":
-        return ("launch", "accelerate", "launch", "--config_file", str(CONFIGS / "fsdp.yaml"), "--num_processes", "2",
-                "--mixed_precision", "no", "-m", "r1kit.grpo")
-    # ZeRO-3 as its config says (bf16): on ranks without a GPU r1kit trains in fp32 and tells DeepSpeed so (its
-    # config said bf16, and transformers refused the mismatch with a traceback)
-    return ("launch", "accelerate", "launch", "--config_file", str(CONFIGS / "zero3.yaml"), "--num_processes", "2",
-            "-m", "r1kit.grpo")
+def documented_launches() -> dict[str, list[str]]:
+    """The CPU launch docs/scaling-out.md gives for each strategy, as written (the words after `r1kit`), by
+    strategy: ddp, zero2, zero3, fsdp2."""
+    import shlex
+
+    text = (REPO / "docs" / "scaling-out.md").read_text()
+    block = text.split("tests/test_scale_out.py runs them) -->\n```bash\n", 1)[1].split("```", 1)[0]
+    launches = {}
+    for line in block.splitlines():
+        words = shlex.split(line, comments=True)
+        config = next((w for w in words if w.startswith("recipes/accelerate_configs/")), "ddp")
+        launches[{"ddp": "ddp", "zero2.yaml": "zero2", "zero3.yaml": "zero3", "fsdp.yaml": "fsdp2"}[
+            Path(config).name]] = words[1:]
+    return launches
+
+
+def test_the_docs_give_one_cpu_launch_per_strategy_each_of_the_shipped_demo():
+    launches = documented_launches()
+    assert sorted(launches) == ["ddp", "fsdp2", "zero2", "zero3"]
+    for words in launches.values():
+        assert words[words.index("--config") + 1] == "recipes/demo/grpo.yaml"
+        for word in words:
+            assert not word.startswith("recipes/") or (REPO / word).exists(), word
+
+
+def launch_of(strategy: str, recipe: str) -> tuple[str, ...]:
+    """The documented launch for `strategy`, as written, with its recipe swapped for `recipe` (a shipped demo)."""
+    words = documented_launches()[strategy]
+    words[words.index("--config") + 1] = str(DEMO / recipe)
+    return tuple(str(REPO / w) if w.startswith("recipes/accelerate_configs/") else w for w in words)
 
 
 def logged_steps(out: Path) -> list[int]:
@@ -51,12 +70,12 @@ def logged_steps(out: Path) -> list[int]:
     ("grpo.yaml", "ddp", ()),  # the demo: held-out evaluation, the measured pass (bucketed stands down: DDP's buffers)
     ("grpo.yaml", "fsdp2", ()),  # held-out evaluation on sharded weights: every rank generates a share
     ("grpo.yaml", "zero3", ("--async_rollouts", "true")),  # ZeRO-3, and the async producer's own copy beside it
-    ("grpo_dynamic_sampling.yaml", "ddp", ()),
+    ("grpo_dynamic_sampling.yaml", "zero2", ()),  # dynamic sampling's rounds, agreed, under ZeRO-2
     ("grpo_tools.yaml", "fsdp2", ("--save_strategy", "steps")),  # (the tools demo saves nothing by itself)
-], ids=["demo-ddp", "demo-fsdp2", "demo-async-zero3", "dynamic-sampling-ddp", "tools-fsdp2"])
+], ids=["demo-ddp", "demo-fsdp2", "demo-async-zero3", "dynamic-sampling-zero2", "tools-fsdp2"])
 def test_a_shipped_demo_recipe_runs_to_its_end_on_two_ranks(tmp_path, recipe, strategy, extra):
     out = tmp_path / "out"
-    launch = Launch(*launch_of(strategy), "--config", str(DEMO / recipe), *SHORT, *extra, "--output_dir", str(out),
+    launch = Launch(*launch_of(strategy, recipe), *SHORT, *extra, "--output_dir", str(out),
                     "--stall_timeout", "600")  # a hang fails the test in minutes, not ddp_timeout's 30
     code = launch.finish(STARTUP_SECONDS + 300)
     assert code == EXIT_COMPLETED, launch.log[-4000:]
@@ -66,7 +85,7 @@ def test_a_shipped_demo_recipe_runs_to_its_end_on_two_ranks(tmp_path, recipe, st
     # The measured pass's state travels with the checkpoint, the same for every rank (written once)
     checkpoint = max(out.glob("checkpoint-*"), key=lambda path: int(path.name.split("-")[1]))
     assert "sets" in json.loads((checkpoint / "r1kit_training_pass.json").read_text())
-    if strategy != "ddp":  # sharded: one process cannot take it on, even told to take the recipe's changes
+    if strategy in ("fsdp2", "zero3"):  # sharded: one process cannot take it on, even told to take the recipe's changes
         from r1kit.config.recipe import GRPO_TYPES, parse_args
         from r1kit.grpo import pipeline
         from tests.helpers import raises_naming

@@ -115,6 +115,8 @@ def pipeline(script_args: SFTScriptArguments, training_args: SFTConfig, model_ar
                    model_name=model_args.model_name_or_path)
     if trainer.accelerator.is_main_process:
         runs.write_run_metadata(training_args, checkpoint)
+        for line in startup_lines(script_args, training_args, model_args, model, len(train_rows), checkpoint):
+            runs.startup_logger.info(line)
     metrics = runs.train(run)
     runs.finish(run)
     history = tracker.history if tracker else []
@@ -126,6 +128,27 @@ def pipeline(script_args: SFTScriptArguments, training_args: SFTConfig, model_ar
         publish(Path(training_args.output_dir), Path(script_args.publish_to), summary)
     runs.complete(run)
     return summary
+
+
+def startup_lines(script_args: SFTScriptArguments, training_args: SFTConfig, model_args: ModelConfig, model, rows: int,
+                  checkpoint: str | None) -> list[str]:
+    """The start-up block, as `r1kit grpo` prints one: what trains, on what, for how long, and where it goes."""
+    params = sum(p.numel() for p in model.parameters())
+    source = script_args.dataset_name or "a mixture"
+    steps = (f"up to {training_args.max_steps:,}" if training_args.max_steps > 0
+             else f"{training_args.num_train_epochs:g} epoch(s)")
+    stop = (f"; stops once held-out accuracy reaches {script_args.stop_at_accuracy:.0%} (checked every "
+            f"{script_args.eval_every_steps} steps)" if script_args.uses_builtin_task and script_args.stop_at_accuracy
+            else "")
+    lines = ["r1kit sft",
+             f"  model    {model_args.model_name_or_path} ({params:,} parameters; {training_args.device})",
+             f"  data     {source}: {rows:,} training rows",
+             f"  steps    {steps}, {training_args.per_device_train_batch_size} rows each (learning rate "
+             f"{training_args.learning_rate:g}){stop}",
+             f"  output   {training_args.output_dir}"
+             + (f"; the model is copied to {script_args.publish_to}" if script_args.publish_to else ""),
+             f"  resume   {'continues ' + checkpoint if checkpoint else 'starts at step 0'}"]
+    return lines
 
 
 def heldout_tracker(script_args: SFTScriptArguments, training_args: SFTConfig, tokenizer) -> HeldOutAccuracyCallback | None:

