@@ -11,12 +11,12 @@ import time
 sys.modules.setdefault("gradio", None)
 
 from fastmcp import FastMCP  # noqa: E402
-from openenv.core.env_server.mcp_environment import MCPEnvironment  # noqa: E402
-from openenv.core.env_server.mcp_types import CallToolObservation  # noqa: E402
 from openenv.core.env_server.types import Observation, State  # noqa: E402
 
+from r1kit.sources.openenv_products import ToolEnvironment  # noqa: E402
 
-class _ToolEnv(MCPEnvironment):
+
+class _ToolEnv(ToolEnvironment):
     SUPPORTS_CONCURRENT_SESSIONS = True
     reward = 0.0
 
@@ -24,23 +24,8 @@ class _ToolEnv(MCPEnvironment):
         self._state = State(episode_id=episode_id, step_count=0)
         return Observation(done=False, reward=None)
 
-    def _judged(self, observation):
-        if isinstance(observation, CallToolObservation):
-            observation.reward = self.reward
-        return observation
-
-    def step(self, action, timeout_s=None, **kwargs):
-        return self._judged(super().step(action, timeout_s=timeout_s, **kwargs))
-
-    async def step_async(self, action, timeout_s=None, **kwargs):
-        return self._judged(await super().step_async(action, timeout_s=timeout_s, **kwargs))
-
-    def _step_impl(self, action, timeout_s=None, **kwargs):
-        return Observation(done=False, reward=0.0)
-
-    @property
-    def state(self):
-        return self._state
+    def judge(self, observation) -> None:
+        observation.reward = self.reward
 
 
 class HostileEnv(_ToolEnv):

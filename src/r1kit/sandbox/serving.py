@@ -80,22 +80,27 @@ def package_folders(target: str) -> dict[str, str]:
         if os.path.isdir(folder):
             shown[folder] = f"{JAIL_SITE}/{i}"
     top = target.partition(":")[0].split(".")[0]
-    try:
-        spec = importlib.util.find_spec(top)
-    except (ImportError, ValueError) as e:
-        raise ConfigError(f"environment: cannot find {top!r} ({e})") from e
-    if spec is None:
-        raise ConfigError(f"environment: no module {top!r} is importable here")
-    if spec.submodule_search_locations:
-        source = os.path.realpath(list(spec.submodule_search_locations)[0])
-        target_path = f"{JAIL_ENV}/{top}"
-    elif spec.origin and spec.origin.endswith(".py"):
-        source, target_path = os.path.realpath(spec.origin), f"{JAIL_ENV}/{top}.py"
-    else:
-        return shown  # a built-in or compiled module: it sits in the packages already shown
-    if not any(source == f or source.startswith(f + "/") for f in shown):
-        shown[source] = target_path
+    for name in dict.fromkeys((top, "r1kit")):  # (r1kit too: an environment may build on r1kit's example's base)
+        source, inside = _package_source(name)
+        if source and not any(source == f or source.startswith(f + "/") for f in shown):
+            shown[source] = f"{JAIL_ENV}/{inside}"
     return shown
+
+
+def _package_source(name: str) -> tuple[str | None, str]:
+    """(the host folder or file of top-level package `name`, its name in the jail's JAIL_ENV), found without
+    importing it; (None, ...) for a built-in or compiled module, which sits in the packages shown already."""
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError) as e:
+        raise ConfigError(f"environment: cannot find {name!r} ({e})") from e
+    if spec is None:
+        raise ConfigError(f"environment: no module {name!r} is importable here")
+    if spec.submodule_search_locations:
+        return os.path.realpath(list(spec.submodule_search_locations)[0]), name
+    if spec.origin and spec.origin.endswith(".py"):
+        return os.path.realpath(spec.origin), f"{name}.py"
+    return None, name
 
 
 def serve_environment(target: str, sessions: int, memory_bytes: int = JAIL_MEMORY,

@@ -27,7 +27,33 @@ class TaskObservation(Observation):
     task: str = ""
 
 
-class ProductsEnv(MCPEnvironment):
+class ToolEnvironment(MCPEnvironment):
+    """An MCP tool environment that says a reward and whether the episode is done after every tool call
+    (`judge(observation)` sets them): OpenEnv's MCPEnvironment leaves both unset for tool calls."""
+
+    def judge(self, observation: CallToolObservation) -> None:
+        raise NotImplementedError
+
+    def _judged(self, observation):
+        if isinstance(observation, CallToolObservation):
+            self.judge(observation)
+        return observation
+
+    def step(self, action, timeout_s=None, **kwargs):
+        return self._judged(super().step(action, timeout_s=timeout_s, **kwargs))
+
+    async def step_async(self, action, timeout_s=None, **kwargs):  # (the WebSocket path)
+        return self._judged(await super().step_async(action, timeout_s=timeout_s, **kwargs))
+
+    def _step_impl(self, action, timeout_s=None, **kwargs):
+        return Observation(done=False, reward=0.0)
+
+    @property
+    def state(self):
+        return self._state
+
+
+class ProductsEnv(ToolEnvironment):
     """Compute a product with `multiply`, then `submit` it."""
 
     SUPPORTS_CONCURRENT_SESSIONS = True  # one environment per session; sessions share nothing
@@ -57,24 +83,9 @@ class ProductsEnv(MCPEnvironment):
         self._state, self._submitted = State(episode_id=episode_id, step_count=0), None
         return TaskObservation(task=f"Compute {self._a}*{self._b}, then submit it.", done=False, reward=None)
 
-    def _judged(self, observation):
-        if isinstance(observation, CallToolObservation):
-            observation.done = self._submitted is not None
-            observation.reward = float(self._submitted == self._a * self._b)
-        return observation
-
-    def step(self, action, timeout_s=None, **kwargs):
-        return self._judged(super().step(action, timeout_s=timeout_s, **kwargs))
-
-    async def step_async(self, action, timeout_s=None, **kwargs):
-        return self._judged(await super().step_async(action, timeout_s=timeout_s, **kwargs))
-
-    def _step_impl(self, action, timeout_s=None, **kwargs):
-        return Observation(done=False, reward=0.0)
-
-    @property
-    def state(self):
-        return self._state
+    def judge(self, observation: CallToolObservation) -> None:
+        observation.done = self._submitted is not None
+        observation.reward = float(self._submitted == self._a * self._b)
 
 
 if __name__ == "__main__":
