@@ -12,7 +12,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from r1kit.rewards.verify import CORRECT, TIMEOUT, UNPARSEABLE_GOLD, WRONG, PoolUnavailable, VerifierPool, judge_batch
+from r1kit.rewards.verify import (
+    CORRECT,
+    TIMEOUT,
+    UNPARSEABLE_GOLD,
+    WRONG,
+    PoolUnavailable,
+    VerifierPool,
+    judge,
+    judge_batch,
+)
 
 PATHOLOGICAL = r"\boxed{\binom{10^{9}}{10^{5}}}"  # sympy computes it exactly: minutes
 
@@ -358,3 +367,48 @@ def test_no_answer_states_two_values_or_two_units_and_is_paid(a, b, relation, un
             assert judge(gold, rf"\boxed{{x = {a} {relation} {b}}}") == WRONG
     if unit != other_unit:
         assert judge(f"{a}{SPELLINGS[unit][0]}", rf"\boxed{{{a}{SPELLINGS[other_unit][-1]}}}") == WRONG
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Never below plain math-verify on a right answer, and still no wrong answer paid (issue 55, item 1; the accuracy
+# reward's side: the independent judge does not read these forms yet)
+# --------------------------------------------------------------------------------------------------------------------
+RIGHT_IN_EVERY_FORM = [  # (gold as datasets write it, a right answer): plain math-verify, with the gold in $...$, pays each
+    (r"\begin{pmatrix}1&2\\3&4\end{pmatrix}", r"\boxed{\begin{pmatrix}1&2\\3&4\end{pmatrix}}"),
+    ("(1,2)", r"\boxed{(1,2)}"), ("[1,2,3]", r"\boxed{[1,2,3]}"), (r"\pm 2", r"\boxed{\pm 2}"),
+    ("[-2,7)", r"\boxed{[-2,7)}"), ("(-2,7]", r"\boxed{(-2,7]}"), ("[-2,7]", r"\boxed{[-2,7]}"),
+    ("3+4i", r"\boxed{3+4i}"), ("p - q", r"\boxed{p-q}"),
+    ("A", r"\boxed{A}"), ("(A)", r"\boxed{A}"), ("B", "<answer>(B)</answer>"), ("C", r"\boxed{\text{C}}"),
+    ("yes", r"\boxed{yes}"), ("No", "<answer>no</answer>"), ("True", r"\boxed{\text{True}}"),
+]
+WRONG_IN_EVERY_FORM = [
+    (r"\begin{pmatrix}1&2\\3&4\end{pmatrix}", r"\boxed{\begin{pmatrix}1&2\\4&3\end{pmatrix}}"),
+    ("(1,2)", r"\boxed{(1,3)}"), ("[1,2,3]", r"\boxed{[1,2,4]}"), ("[-2,7)", r"\boxed{[-2,7]}"),
+    ("[-2,7]", r"\boxed{(-2,7]}"), ("3+4i", r"\boxed{3-4i}"), ("p - q", r"\boxed{q-p}"),
+    ("A", r"\boxed{B}"), ("(A)", "<answer>(B)</answer>"), ("A", "A B C D"),  # a choice must be the final answer
+    ("yes", r"\boxed{sey}"),  # (plain math-verify pays this one: it reads both as the product y*e*s)
+    ("yes", "<answer>no</answer>"), ("No", r"\boxed{yes}"),
+]
+
+
+@pytest.mark.parametrize(("gold", "answer"), RIGHT_IN_EVERY_FORM)
+def test_a_right_answer_in_any_form_a_dataset_writes_is_paid(gold, answer):
+    assert judge(gold, answer) == CORRECT
+
+
+@pytest.mark.parametrize(("gold", "answer"), WRONG_IN_EVERY_FORM)
+def test_a_wrong_answer_in_those_forms_is_still_wrong(gold, answer):
+    assert judge(gold, answer) == WRONG
+
+
+def test_a_bare_word_that_is_no_formula_and_no_choice_stays_unjudged():
+    assert judge("abc", r"\boxed{abc}") == UNPARSEABLE_GOLD  # (sympy would read a*b*c and pay c*b*a)
+
+
+def test_the_accuracy_reward_judges_multiple_choice_golds_instead_of_skipping_every_row():
+    from r1kit.rewards.math import make_accuracy_reward
+
+    reward = make_accuracy_reward(workers=0)
+    golds = ["A", "(B)", "C", "D", "yes"]
+    answers = [[{"role": "assistant", "content": f"<answer>{a}</answer>"}] for a in ("A", "B", "(D)", "d", "Yes")]
+    assert reward(answers, solution=golds) == [1.0, 1.0, 0.0, 1.0, 1.0]

@@ -15,7 +15,11 @@ elsewhere.
 The same parsing serves `accuracy`, `cosine` and `length`: gold with LaTeX + plain-expression extraction, answers with
 boxed-first LaTeX extraction, and, when that finds nothing, the last `<answer>…</answer>` block read as a plain
 expression (so `<answer>42</answer>` counts; a bare number elsewhere in the text does not). A gold that does not parse
-makes the sample unjudgeable (`None`). One answer has one reading: a percentage is its number (`5\\%` is 5, never
+makes the sample unjudgeable (`None`); a gold the plain reading cannot take (a tuple, list, interval, matrix or an
+expression such as `p - q`) or that states a complex number is read as Open-R1 reads every gold, as LaTeX between
+`$`, so that no right answer fares worse than under plain math-verify. A multiple-choice letter (`A`, `(B)`) or a
+yes/no/true/false gold is compared as a word with the answer's final box or <answer> block (sympy would read `yes`
+as y*e*s and pay `sey`). One answer has one reading: a percentage is its number (`5\\%` is 5, never
 also 0.05; `one_reading`).
 
 An answer math-verify finds equal is still wrong when its form says otherwise (`form_differs`, read by
@@ -168,17 +172,53 @@ def _undelimited_formula(gold: str) -> bool:
 
 @functools.lru_cache(maxsize=4096)
 def _parse_gold(gold: str, limit: int | None) -> list:
-    """Parsed gold, cached: a GRPO batch holds each gold `num_generations` times."""
+    """Parsed gold, cached: a GRPO batch holds each gold `num_generations` times. A gold the plain reading cannot
+    take (a tuple, a list, an interval, a matrix, an expression such as `p - q`) or that states a complex number is
+    read as Open-R1 reads every gold, as LaTeX between `$`, so that no right answer fares worse than under plain
+    math-verify."""
     from math_verify import parse
 
     text = join_digit_groups(gold)
-    if _undelimited_formula(gold):
+    if _undelimited_formula(gold) or COMPLEX.search(gold):
         parsed = parse(f"${text}$", extraction_config=_CONFIGS[0][:1], extraction_mode="first_match",
                        parsing_timeout=limit)
         if parsed and not isinstance(parsed[0], str):
             return one_reading(parsed)
-    return one_reading(parse(text, extraction_config=_CONFIGS[0], extraction_mode="first_match",
-                             parsing_timeout=limit))
+    parsed = parse(text, extraction_config=_CONFIGS[0], extraction_mode="first_match", parsing_timeout=limit)
+    if ((not parsed or isinstance(parsed[0], str)) and not DELIMITERS.search(gold) and "\\boxed" not in gold
+            and MATH_MARKS.search(gold)):  # (a bare word such as `abc` is no formula: sympy would read a*b*c)
+        wrapped = parse(f"${text}$", extraction_config=_CONFIGS[0], extraction_mode="first_match", parsing_timeout=limit)
+        if wrapped and not isinstance(wrapped[0], str):
+            return one_reading(wrapped)
+    return one_reading(parsed)
+
+
+MATH_MARKS = re.compile(r"[\d+\-*/^=(),\[\]{}\\|<>&]")
+COMPLEX = re.compile(r"^\s*[-+]?\s*[\d.]*\s*([-+]\s*[\d.]*\s*)?\\?i\s*$|^\s*[-+]?[\d.]+\s*[-+]\s*[\d.]*\s*i\s*$")
+# A gold that is a word or a choice, not mathematics: sympy would read `yes` as the product y*e*s, and pay `sey`
+CHOICE = re.compile(r"^\(?([A-J])\)?\.?$")  # (upper case: a lower-case letter is more often a variable, `e` a constant)
+WORDS = {"yes", "no", "true", "false"}
+
+
+def word_gold(gold: str, choices: re.Pattern = CHOICE) -> str | None:
+    """A multiple-choice letter (`A`, `(B)`, `C.`) or yes / no / true / false, normalised (upper-case letter,
+    lower-case word); None for any other gold."""
+    text = gold.strip()
+    choice = choices.match(text)
+    if choice:
+        return choice[1].upper()
+    return text.lower().rstrip(".") if text.lower().rstrip(".") in WORDS else None
+
+
+def word_answer(answer: str) -> str | None:
+    """The answer's final word or letter: its last box, else its last <answer> block, normalised as `word_gold`
+    normalises a gold (`\\text{(B)}`, `**Yes**` and `B.` included); None when neither holds one alone."""
+    boxes = boxed(answer)
+    final = boxes[-1][0] if boxes else last_answer_block(answer)
+    if final is None:
+        return None
+    text = re.sub(r"\\(?:text|textbf|mathrm|mathbf)\{([^{}]*)\}", r"\1", final).replace("*", "").strip()
+    return word_gold(text, re.compile(CHOICE.pattern.replace("A-J", "A-Ja-j")))
 
 
 MAX_SIDES = 16  # sides of an answer's equations evaluated; an answer stating more is wrong
@@ -273,6 +313,9 @@ def judge(gold: str, answer: str, limit: int | None = None) -> str:
     if _CONFIGS is None:
         _CONFIGS = _configs()
     _, answer_cfg, block_cfg = _CONFIGS
+    word = word_gold(str(gold))
+    if word is not None:  # a choice or yes/no: the answer's final word must be the same word
+        return CORRECT if word_answer(str(answer)[-MAX_ANSWER_CHARS:]) == word else WRONG
     gold_parsed = _parse_gold(str(gold), limit)
     if not gold_parsed:
         return UNPARSEABLE_GOLD
