@@ -136,7 +136,7 @@ def test_what_a_call_provokes_is_the_calls_failure_and_only_a_server_gone_is_the
     started = time.monotonic()
     rollout.reset(prompt="p")
     assert "the call to hang failed" in rollout.hang(seconds=60)
-    assert time.monotonic() - started < 30  # bounded by tool_time_limit (2 s), not the tool's minute
+    assert time.monotonic() - started < 50  # cut at tool_time_limit (2 s) and a health check, not after the minute
     assert "session ended" in rollout.pay(amount="1")  # nothing more runs in that episode
     assert rollout.get_reward() == 0.0 and not rollout.infrastructure_failures
     rollout.reset(prompt="p")
