@@ -370,35 +370,91 @@ def test_no_answer_states_two_values_or_two_units_and_is_paid(a, b, relation, un
 
 
 # --------------------------------------------------------------------------------------------------------------------
-# Never below plain math-verify on a right answer, and still no wrong answer paid (issue 55, item 1; the accuracy
-# reward's side: the independent judge does not read these forms yet)
+# Never below math-verify on a right answer, and still no wrong answer paid, for the accuracy reward and the
+# independent judge alike (issue 55, item 1)
 # --------------------------------------------------------------------------------------------------------------------
-RIGHT_IN_EVERY_FORM = [  # (gold as datasets write it, a right answer): plain math-verify, with the gold in $...$, pays each
+RIGHT_IN_EVERY_FORM = [  # (gold as datasets write it, a right answer): Open-R1's math-verify call pays each
     (r"\begin{pmatrix}1&2\\3&4\end{pmatrix}", r"\boxed{\begin{pmatrix}1&2\\3&4\end{pmatrix}}"),
+    (r"\begin{bmatrix}1\\2\end{bmatrix}", r"\boxed{\begin{pmatrix}1\\2\end{pmatrix}}"),
+    (r"\begin{pmatrix}\frac{1}{2}&0\\0&1\end{pmatrix}", r"\boxed{\begin{pmatrix}0.5&0\\0&1\end{pmatrix}}"),
     ("(1,2)", r"\boxed{(1,2)}"), ("[1,2,3]", r"\boxed{[1,2,3]}"), (r"\pm 2", r"\boxed{\pm 2}"),
+    (r"\pm 3", r"\boxed{3, -3}"), (r"1 \pm \sqrt{2}", r"\boxed{1-\sqrt{2}, 1+\sqrt{2}}"), (r"\mp 3", r"\boxed{\pm 3}"),
     ("[-2,7)", r"\boxed{[-2,7)}"), ("(-2,7]", r"\boxed{(-2,7]}"), ("[-2,7]", r"\boxed{[-2,7]}"),
-    ("3+4i", r"\boxed{3+4i}"), ("p - q", r"\boxed{p-q}"),
+    (r"[1,\infty)", r"\boxed{[1,\infty)}"), ("3+4i", r"\boxed{3+4i}"), ("3+4i", r"\boxed{4i+3}"), ("1-i", r"\boxed{1 - i}"),
+    ("p - q", r"\boxed{p-q}"), ("2a+b", r"\boxed{b+2a}"), ("3k+1", r"\boxed{1+3k}"), ("-2b", r"\boxed{-2b}"),
+    ("2, 3", r"\boxed{3, 2}"), ("2 and 3", r"\boxed{2, 3}"), ("1,2,3", r"\boxed{1,2,3}"),
     ("A", r"\boxed{A}"), ("(A)", r"\boxed{A}"), ("B", "<answer>(B)</answer>"), ("C", r"\boxed{\text{C}}"),
-    ("yes", r"\boxed{yes}"), ("No", "<answer>no</answer>"), ("True", r"\boxed{\text{True}}"),
+    ("D", r"so the answer is \boxed{(D)}"), ("yes", r"\boxed{yes}"), ("No", "<answer>no</answer>"),
+    ("True", r"\boxed{\text{True}}"), ("False", r"\boxed{false}"),
 ]
 WRONG_IN_EVERY_FORM = [
     (r"\begin{pmatrix}1&2\\3&4\end{pmatrix}", r"\boxed{\begin{pmatrix}1&2\\4&3\end{pmatrix}}"),
-    ("(1,2)", r"\boxed{(1,3)}"), ("[1,2,3]", r"\boxed{[1,2,4]}"), ("[-2,7)", r"\boxed{[-2,7]}"),
-    ("[-2,7]", r"\boxed{(-2,7]}"), ("3+4i", r"\boxed{3-4i}"), ("p - q", r"\boxed{q-p}"),
+    (r"\begin{pmatrix}1&0\\0&1\end{pmatrix}", r"\boxed{\begin{pmatrix}1&0&0\\0&1&0\end{pmatrix}}"),
+    (r"\begin{pmatrix}1&0\\0&1\end{pmatrix}", r"\boxed{1}"),
+    ("(1,2)", r"\boxed{(1,3)}"), ("(2,3)", r"\boxed{(3,2)}"), ("[1,2,3]", r"\boxed{[1,2,4]}"),
+    (r"\pm 3", r"\boxed{3}"), ("3", r"\boxed{\pm 3}"), ("[-2,7)", r"\boxed{[-2,7]}"), ("[-2,7]", r"\boxed{(-2,7]}"),
+    ("3+4i", r"\boxed{3-4i}"), ("3+4i", r"\boxed{5}"), ("2i", r"\boxed{-2i}"), ("p - q", r"\boxed{q-p}"),
+    ("3k+1", r"\boxed{3}"), ("2n", r"\boxed{2}"), ("-2b", r"\boxed{-2}"),  # (the plain reading took the first number)
+    ("2, 3", r"\boxed{3}"), ("2 and 3", r"\boxed{3}"),
     ("A", r"\boxed{B}"), ("(A)", "<answer>(B)</answer>"), ("A", "A B C D"),  # a choice must be the final answer
+    ("D", r"\boxed{D. 42}"),
     ("yes", r"\boxed{sey}"),  # (plain math-verify pays this one: it reads both as the product y*e*s)
     ("yes", "<answer>no</answer>"), ("No", r"\boxed{yes}"),
 ]
 
 
+def reward_pays(gold: str, answer: str) -> bool | None:
+    verdict = judge(gold, answer)
+    return None if verdict not in (CORRECT, WRONG) else verdict == CORRECT
+
+
+def judge_pays(gold: str, answer: str) -> bool | None:
+    from r1kit.integrity.independent import math_verdict
+
+    return math_verdict(answer, gold)
+
+
+JUDGES = {"accuracy reward": reward_pays, "independent judge": judge_pays}
+
+
+@pytest.mark.parametrize("judged_by", JUDGES)
 @pytest.mark.parametrize(("gold", "answer"), RIGHT_IN_EVERY_FORM)
-def test_a_right_answer_in_any_form_a_dataset_writes_is_paid(gold, answer):
-    assert judge(gold, answer) == CORRECT
+def test_a_right_answer_in_any_form_a_dataset_writes_is_paid(judged_by, gold, answer):
+    assert JUDGES[judged_by](gold, answer) is True
 
 
+@pytest.mark.parametrize("judged_by", JUDGES)
 @pytest.mark.parametrize(("gold", "answer"), WRONG_IN_EVERY_FORM)
-def test_a_wrong_answer_in_those_forms_is_still_wrong(gold, answer):
-    assert judge(gold, answer) == WRONG
+def test_a_wrong_answer_in_those_forms_is_still_wrong(judged_by, gold, answer):
+    assert JUDGES[judged_by](gold, answer) is False
+
+
+def open_r1_pays(gold: str, answer: str) -> bool:
+    """Open-R1's accuracy reward: the gold read as LaTeX between `$`, the answer by its extraction settings."""
+    from math_verify import LatexExtractionConfig, parse, verify
+    from math_verify.parser import NormalizationConfig
+
+    config = LatexExtractionConfig(normalization_config=NormalizationConfig(
+        nits=False, malformed_operators=False, basic_latex=True, boxed="all", units=True),
+        boxed_match_priority=0, try_extract_without_anchor=False)
+    gold_parsed = parse(f"${gold}$", extraction_mode="first_match")
+    return bool(gold_parsed) and bool(verify(gold_parsed, parse(answer, extraction_config=[config],
+                                                                  extraction_mode="first_match")))
+
+
+GOLDS = [gold for gold, _ in RIGHT_IN_EVERY_FORM] + [
+    "42", "-7", "0.5", r"\frac{3}{4}", "1,000", r"2\sqrt{3}", r"\sqrt{2}/2", r"\pi", "x^2+1", "2x", "n+1", "2^n",
+    r"x \le 3", "y = 2x+1", "10%", r"10\%", "5 cm", "12 dollars", r"30^\circ", r"\{1,2\}", "(0,1)", r"(-\infty, 0]",
+    "3.14", "1/3", "-2.5", r"\frac{\pi}{6}", "e^2", r"\ln 2", "2i", "-i", "(1,2,3)", "[0,1]", "a/b", "4 km/h",
+]
+
+
+@pytest.mark.parametrize("judged_by", JUDGES)
+def test_no_gold_open_r1_pays_itself_for_goes_unpaid_here(judged_by):
+    """The gold written back as the answer (boxed): wherever Open-R1's call pays it, both judges pay it too."""
+    below = [gold for gold in GOLDS if open_r1_pays(gold, rf"\boxed{{{gold}}}")
+             and JUDGES[judged_by](gold, rf"\boxed{{{gold}}}") is not True]
+    assert below == []
 
 
 def test_a_bare_word_that_is_no_formula_and_no_choice_stays_unjudged():

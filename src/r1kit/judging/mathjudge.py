@@ -7,6 +7,9 @@ the math rewards accept, for the second opinion and the wires.
     structures    intervals and tuples `(a, b]`, sets `\\{a, b\\}`, several answers `a, b` (a set), `x = a`
     percentages   `5\\%` is 5 (one reading, as the rewards read it); units: `\\text{ cm}`, `^\\circ`, a trailing word
     relations     `x \\le 3`, `x \\neq 2`, `-3 \\le x \\le 3` (gold and answer), `=` and `\\approx` chains (`6 \\cdot 7 = 42`)
+    more          `\\pm` (`1 \\pm \\sqrt{2}` is the set of both), matrices (`\\begin{pmatrix}1&2\\\\3&4\\end{pmatrix}`, cell by
+                  cell), complex numbers (a gold whose one variable is `i`: evaluated at the imaginary unit)
+    words         a multiple-choice letter (`A`, `(B)`, `C.`) or yes / no / true / false: the answer must be the same word
 
 Values compare exactly as fractions where both sides are rational, else numerically (relative 1e-6); an expression
 in variables compares by its values at fixed points. A verdict is True, False, or None when the judge cannot read
@@ -27,6 +30,8 @@ import math
 import re
 from fractions import Fraction
 
+from r1kit.judging.units import unit
+
 MAX_CHARS = 2_000
 MAX_DEPTH = 60
 MAX_EXACT_DIGITS = 2_000
@@ -46,7 +51,7 @@ class Unreadable(ValueError):
 _DROP = ("\\left", "\\right", "\\displaystyle", "\\!", "\\,", "\\;", "\\:", "\\quad", "\\qquad", "\\ ", "~", "\\$", "$",
          "\\(", "\\)", "\\[", "\\]", "\\big", "\\Big")
 _REPLACE = {"\\dfrac": "\\frac", "\\tfrac": "\\frac", "\\cdot": "*", "\\times": "*", "\\div": "/", "×": "*", "·": "*",
-            "÷": "/", "−": "-", "π": "\\pi", "∞": "\\infty", "√": "\\sqrt", "\\lbrace": "\\{", "\\rbrace": "\\}"}
+            "÷": "/", "−": "-", "±": "\\pm", "∓": "\\mp", "π": "\\pi", "∞": "\\infty", "√": "\\sqrt", "\\lbrace": "\\{", "\\rbrace": "\\}"}
 _DEGREES = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|°|\\degree")
 _TEXT = re.compile(r"\\(?:text|mathrm|textbf|mbox|operatorname|mathbf)\s*\{([^{}]*)\}(\s*\^\s*\{?\s*\d\s*\}?)?")
 _WORDS = re.compile(r"\b(?:or|and)\b")
@@ -262,7 +267,22 @@ def parse(text: str):
         raise Unreadable("empty")
     if _WORD.search(cleaned):
         raise Unreadable("a word")
+    if "\\pm" in cleaned or "\\mp" in cleaned:
+        return _plus_minus(cleaned)
     return Parser(tokens(cleaned)).whole()
+
+
+_PLUS_MINUS = re.compile(r"\\(pm|mp)(?![A-Za-z])")
+
+
+def _plus_minus(cleaned: str):
+    """`1 \\pm \\sqrt{2}`: the set of both values. Several signs take the upper signs together, then the lower
+    (`a \\pm b \\mp c` is a+b-c and a-b+c), as a formula that writes them means."""
+    values = []
+    for upper in (True, False):
+        text = _PLUS_MINUS.sub(lambda m, upper=upper: "+" if (m[1] == "pm") == upper else "-", cleaned)
+        values.append(Parser(tokens(text)).whole())
+    return ("set", values)
 
 
 def _parses(text: str) -> bool:
@@ -280,6 +300,8 @@ Number = Fraction | float
 
 
 def _power(base: Number, exponent: Number) -> Number:
+    if isinstance(base, complex) or isinstance(exponent, complex):
+        return complex(base) ** complex(exponent)
     if isinstance(base, Fraction) and isinstance(exponent, Fraction) and exponent.denominator == 1:
         digits = abs(exponent.numerator) * max(len(str(abs(base.numerator))), len(str(base.denominator)))
         if digits <= MAX_EXACT_DIGITS:
@@ -290,6 +312,8 @@ def _power(base: Number, exponent: Number) -> Number:
 
 
 def _root(value: Number, index: Number) -> Number:
+    if isinstance(value, complex) or isinstance(index, complex):
+        return complex(value) ** (1 / complex(index))
     if isinstance(value, Fraction) and isinstance(index, Fraction) and index.denominator == 1 and 1 < index <= 64:
         n = int(index)
         if value >= 0:
@@ -301,14 +325,15 @@ def _root(value: Number, index: Number) -> Number:
     return float(value) ** (1 / float(index))
 
 
-def evaluate(node, env: dict[str, float]) -> Number:
+def evaluate(node, env: dict[str, float | complex]) -> Number | complex:
     """The value of a scalar tree; raises `Unreadable` for what has none (a set where a number goes, 1/0, a complex
-    result, an overflow)."""
+    result where no variable is complex, an overflow)."""
     try:
         value = _evaluate(node, env)
     except (ZeroDivisionError, OverflowError, ValueError, TypeError) as e:
         raise Unreadable(str(e)) from None
-    if isinstance(value, complex) or (isinstance(value, float) and math.isnan(value)):
+    allowed = any(isinstance(v, complex) for v in env.values())
+    if (isinstance(value, complex) and not allowed) or (isinstance(value, float | complex) and value != value):
         raise Unreadable("not a real number")
     return value
 
@@ -334,7 +359,9 @@ def _evaluate(node, env):
         a, b = _evaluate(node[2], env), _evaluate(node[3], env)
         if node[1] == "^":
             return _power(a, b)
-        if isinstance(a, float) or isinstance(b, float):
+        if isinstance(a, complex) or isinstance(b, complex):
+            a, b = complex(a), complex(b)
+        elif isinstance(a, float) or isinstance(b, float):
             a, b = float(a), float(b)
         return {"+": lambda: a + b, "-": lambda: a - b, "*": lambda: a * b, "/": lambda: a / b}[node[1]]()
     raise Unreadable(f"a {kind} where a number goes")
@@ -368,6 +395,9 @@ def numbers(node) -> list[Fraction]:
 def close(a: Number, b: Number) -> bool:
     if isinstance(a, Fraction) and isinstance(b, Fraction):
         return a == b
+    if isinstance(a, complex) or isinstance(b, complex):
+        a, b = complex(a), complex(b)
+        return abs(a - b) <= RELATIVE * max(1.0, abs(a), abs(b))
     try:
         a, b = float(a), float(b)
     except OverflowError:  # an exact number past floating point (`10^{400}`) against a float (`\\sqrt{2}`, `\\pi`)
@@ -377,10 +407,15 @@ def close(a: Number, b: Number) -> bool:
     return abs(a - b) <= RELATIVE * max(1.0, abs(a), abs(b))
 
 
+IMAGINARY = {"i": 1j}  # a gold whose one variable is `i` states a complex number (`3+4i`): `i` is the unit
+
+
 def scalar_equal(gold, answer) -> bool:
     names = variables(gold) | variables(answer)
     if not names:
         return close(evaluate(gold, {}), evaluate(answer, {}))
+    if names == variables(gold) == {"i"}:
+        return close(evaluate(gold, IMAGINARY), evaluate(answer, IMAGINARY))
     if not variables(answer) <= variables(gold):
         return False
     names = sorted(names)
@@ -488,53 +523,6 @@ def _number(side: str) -> Number | None:
         return None
 
 
-def _units() -> dict[str, str]:
-    names = {"inch": "in", "foot": "ft", "feet": "ft", "yard": "yd", "mile": "mi", "hour": "h", "hr": "h",
-             "minute": "min", "sec": "s", "day": "day", "week": "week", "year": "year", "yr": "year", "pound": "lb",
-             "ounce": "oz", "dollar": "$", "usd": "$", "cent": "¢", "euro": "€", "degree": "°", "deg": "°",
-             "percent": "%", "percentage": "%", "pct": "%", "kmh": "km/h", "kph": "km/h", "radian": "rad",
-             "gallon": "gal"}
-    for prefix, short in (("", ""), ("milli", "m"), ("centi", "c"), ("kilo", "k")):
-        for base, symbol in (("meter", "m"), ("metre", "m"), ("gram", "g"), ("liter", "l"), ("litre", "l"),
-                             ("second", "s")):
-            names[prefix + base] = short + symbol
-    return names
-
-
-UNIT_NAMES = _units()
-_GENERIC_UNITS = ("unit", "squareunit", "squnit", "cubicunit")
-_UNIT_AT_END = re.compile(
-    r"(?:\\(?:text|mathrm|textrm|mbox)\s*\{\s*(?P<text>[A-Za-z][A-Za-z ./]{0,30})\}"
-    r"|(?<![A-Za-z\\])(?P<word>[A-Za-z]{2,12})\.?|(?P<degree>\^\s*\{?\s*\\circ\s*\}?|°|\\degree)|(?P<percent>\\?%))"
-    r"\s*(?P<power>\^\s*\{?\s*\d\s*\}?)?\s*$")
-
-
-def _unit_name(name: str) -> str | None:
-    name = re.sub(r"\s+", "", name.lower())
-    for word in (name, name[:-1] if name.endswith("s") else name, name[:-2] if name.endswith("es") else name):
-        if word in UNIT_NAMES:
-            return UNIT_NAMES[word]
-    single = name[:-1] if len(name) > 3 and name.endswith("s") else name
-    return None if single in _GENERIC_UNITS or single in ("or", "and", "is") else single
-
-
-def unit(text: str) -> str | None:
-    """The unit a value is written with (`5\\text{ cm}`, `5 cm`, `30^\\circ`, `5\\%`, `\\$5`), canonical and lowercase;
-    None without one, or for a generic `\\text{ units}`. A trailing word needs a number or a bracket before it."""
-    text = str(text)[-200:].strip().rstrip(".").strip()
-    found = _UNIT_AT_END.search(text)
-    before = text[: found.start()].strip() if found else ""
-    if found and (not before or (found["word"] and before[-1] not in "0123456789})")):
-        found = None
-    if found is None:
-        return "$" if re.match(r"-?\s*\\\$", text) else None
-    if found["degree"] or found["percent"]:
-        return "°" if found["degree"] else "%"
-    name = _unit_name(found["text"] or found["word"])
-    power = re.sub(r"[^\d]", "", found["power"] or "")
-    return None if name is None else name + (f"^{power}" if power else "")
-
-
 def _form(answer_text: str, gold_text: str) -> bool:
     """Whether the answer's form allows it to equal the gold: no relation with a side missing, no order or `\\neq`
     relation (the gold states none), the numbers of an `=` chain equal, and no unit other than the gold's."""
@@ -570,10 +558,73 @@ def _judge_relation(answer_text: str, gold_sides: list[str], gold_ops: list[str]
                                    for r in readings)
 
 
+# --------------------------------------------------------------------------------------------------------------------
+# Golds that are no single expression: a word or a choice, a matrix
+# --------------------------------------------------------------------------------------------------------------------
+_CHOICE = re.compile(r"^\(?([A-Ja-j])\)?\.?$")
+WORDS = ("yes", "no", "true", "false")
+_WRAPPER = re.compile(r"\\(?:text|textbf|textit|mathrm|mathbf|mbox)\s*\{([^{}]*)\}")
+
+
+def word(text: str, gold: bool = False) -> str | None:
+    """A multiple-choice letter (`A`, `(B)`, `C.`, `\\text{D}`), upper-case, or yes / no / true / false, lower-case;
+    None for anything else. A gold's letter must be upper-case (a lower-case one is a variable, `e` a constant)."""
+    text = _WRAPPER.sub(r"\1", str(text)[:MAX_CHARS]).replace("*", "").replace("$", "").strip().rstrip(".").strip()
+    choice = _CHOICE.match(text)
+    if choice and (not gold or choice[1].isupper()):
+        return choice[1].upper()
+    return text.lower() if text.lower() in WORDS else None
+
+
+# A matrix's value (`vmatrix` is a determinant: no matrix, not read)
+_MATRIX = re.compile(r"\\begin\{(?P<kind>[pbB]?matrix|array)\}(?:\{[^{}]*\})?(?P<body>.*?)\\end\{(?P=kind)\}", re.S)
+
+
+def matrix(text: str) -> list[list] | None:
+    """The parsed cells, row by row, of the matrix `text` is; None when it holds none; `Unreadable` when it holds more
+    than one matrix alone (an expression around it, a second matrix)."""
+    text = str(text)
+    if len(text) > MAX_CHARS:
+        raise Unreadable("too long")
+    found = _MATRIX.search(text)
+    if found is None:
+        return None
+    rest = (text[:found.start()] + text[found.end():]).replace("\\left", "").replace("\\right", "")
+    if rest.strip(" $().[]"):
+        raise Unreadable("more than a matrix")
+    body = found["body"].replace("\\hline", "")
+    rows = [row for row in re.split(r"\\\\(?:\[[^\]]*\])?", body) if row.strip()]
+    return [[parse(cell) for cell in row.split("&")] for row in rows]
+
+
+def _judge_matrix(answer_text: str, gold: list[list]) -> Verdict:
+    """A matrix gold: the answer's matrix of the same shape, cell by cell; any other readable answer is wrong."""
+    answer = matrix(answer_text)
+    if answer is None:
+        parse(answer_text)  # unreadable: no verdict; readable: a value that is no matrix
+        return False
+    return [len(row) for row in answer] == [len(row) for row in gold] and all(
+        equal(g, a) for gold_row, answer_row in zip(gold, answer) for g, a in zip(gold_row, answer_row))
+
+
 def judge(answer_text: str | None, gold_text, question: str | None = None) -> Verdict:
     """True when the answer equals the gold, False when it does not (or restates the question, or hedges several
     values for one, or its form differs: `_form`), None when the gold or the answer is outside the grammar. No answer
-    at all is False."""
+    at all is False. A multiple-choice or yes/no gold takes the same word; a matrix gold the same matrix."""
+    gold_word = word(gold_text, gold=True)
+    if gold_word is not None:
+        return answer_text is not None and word(answer_text) == gold_word
+    try:
+        gold_matrix = matrix(gold_text)
+    except (Unreadable, RecursionError):
+        return None
+    if gold_matrix is not None:
+        if answer_text is None or not str(answer_text).strip():
+            return False
+        try:
+            return _judge_matrix(str(answer_text), gold_matrix)
+        except (Unreadable, RecursionError, ArithmeticError, ValueError, TypeError):
+            return None
     try:
         gold_sides, gold_ops = statement(str(gold_text))
         gold = None if set(gold_ops) - {"="} else parse(gold_sides[-1])

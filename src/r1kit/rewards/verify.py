@@ -53,6 +53,7 @@ from r1kit.rewards.forms import (
     DELIMITERS,
     EQUALITY,
     ORDER,
+    UNIT_WORDS,
     anchored,
     boxed,
     gold_texts,
@@ -185,18 +186,41 @@ def _parse_gold(gold: str, limit: int | None) -> list:
         if parsed and not isinstance(parsed[0], str):
             return one_reading(parsed)
     parsed = parse(text, extraction_config=_CONFIGS[0], extraction_mode="first_match", parsing_timeout=limit)
-    if ((not parsed or isinstance(parsed[0], str)) and not DELIMITERS.search(gold) and "\\boxed" not in gold
-            and MATH_MARKS.search(gold)):  # (a bare word such as `abc` is no formula: sympy would read a*b*c)
+    if (not _reads_whole(parsed, text) and not DELIMITERS.search(gold) and "\\boxed" not in gold
+            and MATH_MARKS.search(gold) and not any(unit_or_word(m[0]) for m in LETTERS.finditer(CONNECTIVES.sub(",", ENVIRONMENT.sub("", gold))))):
         wrapped = parse(f"${text}$", extraction_config=_CONFIGS[0], extraction_mode="first_match", parsing_timeout=limit)
         if wrapped and not isinstance(wrapped[0], str):
             return one_reading(wrapped)
     return one_reading(parsed)
 
 
+def _reads_whole(parsed: list, text: str) -> bool:
+    """Whether the plain reading took the whole gold: it reads the first number only of `2a+b`, `3k+1` or `2, 3`
+    (so that `\\boxed{3}` was paid for `3k+1` and `\\boxed{2, 3}` was wrong for `2, 3`)."""
+    return bool(parsed) and not isinstance(parsed[0], str) and re.sub(r"\s+", "", str(parsed[-1])) == re.sub(
+        r"\s+", "", text)
+
+
 MATH_MARKS = re.compile(r"[\d+\-*/^=(),\[\]{}\\|<>&]")
+# A run of letters that is a unit or a word (`5 cm`, `12 dollars`, `abc`; not `ab` in `2ab`): the plain reading keeps
+# its number (sympy would read `12 dollars` as a product of letters); `and`/`or` join several answers (`2 and 3`)
+LETTERS = re.compile(r"(?<![\\A-Za-z])[A-Za-z]{2,}")
+# The same after a number at the end of a box (`\boxed{12 dollars}`): read as the unit it is, `\text{ dollars}`
+BOXED_UNIT = re.compile(r"(?<=\d)(\s*)([A-Za-z]{2,}(?:/[A-Za-z]+)?)(?=\s*\})")
+
+
+def unit_or_word(letters: str) -> bool:
+    return len(letters) > 2 or letters in UNIT_WORDS or letters.split("/")[0] in UNIT_WORDS
+
+
+def _units_as_text(answer: str) -> str:
+    return BOXED_UNIT.sub(lambda m: rf"\text{{ {m[2]}}}" if unit_or_word(m[2]) else m[0], answer)
+CONNECTIVES = re.compile(r"\b(?:and|or)\b")
+ENVIRONMENT = re.compile(r"\\(?:begin|end)\{[A-Za-z*]+\}")  # `\begin{pmatrix}`: no word
 COMPLEX = re.compile(r"^\s*[-+]?\s*[\d.]*\s*([-+]\s*[\d.]*\s*)?\\?i\s*$|^\s*[-+]?[\d.]+\s*[-+]\s*[\d.]*\s*i\s*$")
 # A gold that is a word or a choice, not mathematics: sympy would read `yes` as the product y*e*s, and pay `sey`
 CHOICE = re.compile(r"^\(?([A-J])\)?\.?$")  # (upper case: a lower-case letter is more often a variable, `e` a constant)
+ANSWER_CHOICE = re.compile(r"^\(?([A-Ja-j])\)?\.?$")  # an answer's letter, either case (`(b)`)
 WORDS = {"yes", "no", "true", "false"}
 
 
@@ -218,7 +242,7 @@ def word_answer(answer: str) -> str | None:
     if final is None:
         return None
     text = re.sub(r"\\(?:text|textbf|mathrm|mathbf)\{([^{}]*)\}", r"\1", final).replace("*", "").strip()
-    return word_gold(text, re.compile(CHOICE.pattern.replace("A-J", "A-Ja-j")))
+    return word_gold(text, ANSWER_CHOICE)
 
 
 MAX_SIDES = 16  # sides of an answer's equations evaluated; an answer stating more is wrong
@@ -319,7 +343,7 @@ def judge(gold: str, answer: str, limit: int | None = None) -> str:
     gold_parsed = _parse_gold(str(gold), limit)
     if not gold_parsed:
         return UNPARSEABLE_GOLD
-    answer = join_digit_groups(str(answer)[-MAX_ANSWER_CHARS:])
+    answer = _units_as_text(join_digit_groups(str(answer)[-MAX_ANSWER_CHARS:]))
     if digits_kept_apart(final_answer_region(answer)):
         return WRONG
     if _has_huge_power(answer) and not _has_huge_power(str(gold)):

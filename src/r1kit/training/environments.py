@@ -327,10 +327,9 @@ class OpenEnvEnvironment(CountedEnvironment):
         if self._done:
             self.errors += 1
             return "Error: the episode is over; answer without the tool"
-        if self.calls >= limits.calls or self.seconds >= limits.total_seconds:
-            self.errors += 1
-            return (f"Error: this rollout's tool budget is spent ({limits.calls} calls, {limits.total_seconds:g} s); "
-                    "answer without the tool")
+        spent = self._budget_spent()
+        if spent:
+            return spent
         self.calls += 1
         started = time.monotonic()
         try:

@@ -119,6 +119,15 @@ class CountedEnvironment:
     def _reset_counters(self) -> None:
         self.calls, self.errors, self.seconds, self.infrastructure_failures = 0, 0, 0.0, 0
 
+    def _budget_spent(self) -> str | None:
+        """The error a call past the rollout's budget of calls or tool seconds reads (counted), or None."""
+        limits = self.limits
+        if self.calls < limits.calls and self.seconds < limits.total_seconds:
+            return None
+        self.errors += 1
+        return (f"Error: this rollout's tool budget is spent ({limits.calls} calls, {limits.total_seconds:g} s); "
+                "answer without the tool")
+
 
 class PythonInterpreter(CountedEnvironment):
     """One rollout's Python tool (a TRL environment: `reset` between batches, its public method `python` is the tool).
@@ -144,10 +153,9 @@ class PythonInterpreter(CountedEnvironment):
         if not isinstance(code, str) or not code.strip():
             self.errors += 1
             return "Error: no code given"
-        if self.calls >= limits.calls or self.seconds >= limits.total_seconds:
-            self.errors += 1
-            return (f"Error: this rollout's tool budget is spent ({limits.calls} calls, {limits.total_seconds:g} s); "
-                    "answer without the tool")
+        spent = self._budget_spent()
+        if spent:
+            return spent
         self.calls += 1
         ahead = self.prefetched.take(code) if self.prefetched is not None else None
         text, seconds, failed = ahead or run_programs(self.provider, [code], limits)[code]
