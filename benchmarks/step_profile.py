@@ -138,7 +138,8 @@ class StepProfile:
     def summary(self, warmup: int) -> dict:
         steps = [self.phases(step) for step in self.steps[warmup:] or self.steps]
         reads = self.reads[warmup:] or self.reads
-        result = {"steps_timed": len(steps), "step_time": statistics.median(s["total"] for s in steps)}
+        result = {"steps_timed": len(steps), "step_time": statistics.median(s["total"] for s in steps),
+                  "every_step": [step["total"] for step in self.steps]}  # warm-up included (`short_run.py`)
         for phase in PHASES:
             result[phase] = statistics.mean(s[phase] for s in steps)
         total_reads = collections.Counter()

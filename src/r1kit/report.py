@@ -301,7 +301,10 @@ def pass_lines(output_dir: Path) -> list[str]:
         seconds = decision.get("seconds", {})
         measured = ", ".join(f"{name} {'unusable' if t is None else f'{t * 1000:.1f} ms'}"
                              for name, t in sorted(seconds.items(), key=lambda kv: math.inf if kv[1] is None else kv[1]))
-        lines.append(f"  {decision.get('class')}: {decision.get('pass')} (measured: {measured})")
+        if decision.get("as_for"):  # a neighbouring class's clear decision, taken without measuring
+            lines.append(f"  {decision.get('class')}: {decision.get('pass')} (as for {decision['as_for']})")
+        else:
+            lines.append(f"  {decision.get('class')}: {decision.get('pass')} (measured: {measured})")
     if lines:
         lines.insert(0, f"Training pass, measured on this run's {record.get('device', 'device')} (fastest kept):")
     return lines + [f"  {note}" for note in record.get("notes", [])]

@@ -7,8 +7,15 @@ and TRL's dense pass wins. No constant tuned on one device decides for another: 
 or without gradients, rows, prompt and completion widths on a factor-sqrt(2) scale) the chooser runs each candidate on
 real micro-batches, `RUNS` times each, interleaved, and keeps the fastest by the least of its runs: a first run's
 one-time costs (allocations, a kernel's compilation) and a busy machine only ever make a run slower, so the least is
-the pass's own cost. Dense is kept unless another is faster by `MARGIN`. Measuring costs a class `RUNS` micro-batches
-per candidate, some of them on slower passes. A class is measured again when the share of real tokens in its chunks
+the pass's own cost. Dense is kept unless another is faster by `MARGIN`.
+
+Measuring is paid in real work (each timed run's result is the step's), but a run on a slower pass costs its
+difference. So it is kept short: the candidates that compute the fewest tokens go first (`MEASURE_ORDER`); once each
+has run once, a candidate more than `CLEARLY_SLOWER` times the fastest's time is not run again (unless its one run
+carried one-time costs: the chooser's first timed run, FlexAttention's first, which compiles); a loss run whose forward
+alone took that long is cut before its backward (`cut_after`); and a new class next to a
+decided one (one step of widths apart) whose winner led by `NEIGHBOUR_LEAD` takes that decision without measuring.
+A class is measured again when the share of real tokens in its chunks
 (a moving average) drifts by more than `DRIFT` from what it was when measured (the passes that skip padding read it
 from the host copy they make anyway; dense makes none), and after `RECHECK_AFTER` uses.
 
@@ -35,6 +42,8 @@ from r1kit.training.trainpass import PassPlan, call_copy_tokens, has_active_drop
 logger = logging.getLogger(__name__)
 
 RUNS = 2
+CLEARLY_SLOWER = 2.0  # after one run each, a candidate this many times the fastest's time is not run again
+NEIGHBOUR_LEAD = 1.25  # a decided class whose winner led every other by this factor decides its neighbours too
 MARGIN = 0.03  # another pass must beat dense by this much to be taken: within noise, TRL's own pass stays
 MEMORY_SLACK = 1.02  # nor may it keep more than this times dense's activation memory for backward
 RECHECK_AFTER = 500
@@ -53,6 +62,10 @@ DESCRIPTIONS = {
     PACKED_FLEX: "one packed row, no padding, each distinct prompt once (FlexAttention block mask)",
 }
 
+
+# The order of a class's first runs: the fewest tokens computed first (no padding and each prompt once, then no padding)
+MEASURE_ORDER = (PACKED, PACKED_FLEX, BUCKETED, DENSE)
+COMPILES = frozenset({PACKED_FLEX})  # a first run in each class compiles kernels: never judged on it alone
 
 ANY_WIDTH = -1  # a class of several ranks: the widths differ by rank, the chunk sequence does not
 
@@ -85,6 +98,11 @@ class Calibration:
     shares: list[float] = field(default_factory=list)  # real-token shares of the chunks it was measured on
     recent: float | None = None  # their moving average since
     saved: dict[str, int] = field(default_factory=dict)  # per candidate, the least bytes kept for backward
+    carried: list[str] = field(default_factory=list)  # candidates whose first run here carried one-time costs
+    dropped: list[str] = field(default_factory=list)  # clearly slower after one run each: not run again
+    pruned: bool = False  # the clearly slower were dropped (once, when each candidate had run once)
+    lead: float = 1.0  # how much faster the choice was than the next candidate (decides neighbours when large)
+    adopted: tuple | None = None  # the neighbouring class whose decision this one took without measuring
 
 
 class PassChooser:
@@ -110,6 +128,7 @@ class PassChooser:
         self.agree = agree
         self.notes: list[str] = []
         self.decided = 0  # classes decided so far (the runner writes its record when this grows)
+        self.timed = 0  # timed runs recorded so far (the first carries the process's one-time costs)
 
     @property
     def deciding(self) -> bool:
@@ -129,25 +148,85 @@ class PassChooser:
     def pick(self, key: tuple) -> tuple[str, bool]:
         if not self.deciding:
             return self.candidates[0], False
-        calibration = self.classes.setdefault(key, Calibration())
+        calibration = self.classes.get(key) or self._adopt(key) or self.classes.setdefault(key, Calibration())
         if calibration.choice is not None:
             calibration.uses += 1
             if calibration.uses <= self.recheck_after:
                 return calibration.choice, False
             self.classes[key] = calibration = Calibration()  # measured again: lengths may have drifted
-        # Candidates still short of timings (a timing can be discarded, so count timings, not runs)
-        pending = [c for c in self.candidates if len(calibration.seconds.get(c, [])) < self.timed_runs]
-        if not pending:  # measured already (a candidate was excluded since): decide now
+        pending = self._pending(calibration, at_pick=True)
+        if not pending:  # measured already (or the rest dropped, or a candidate excluded since): decide now
             self._decide(key, calibration)
             return calibration.choice, False
-        candidate = min(pending, key=lambda c: (calibration.runs.get(c, 0), self.candidates.index(c)))
+        candidate = min(pending, key=lambda c: (calibration.runs.get(c, 0), self._order(c)))
         calibration.runs[candidate] = calibration.runs.get(candidate, 0) + 1
         return candidate, True
 
+    def _order(self, candidate: str) -> tuple[int, int]:
+        known = MEASURE_ORDER.index(candidate) if candidate in MEASURE_ORDER else len(MEASURE_ORDER)
+        return known, self.candidates.index(candidate)
+
+    def _pending(self, calibration: Calibration, at_pick: bool) -> list[str]:
+        """The candidates still to be timed in a class (a timing can be discarded, so timings are counted, not runs).
+        Once each has one, the clearly slower are dropped, at a pick (with several ranks, on the slowest rank's
+        times, agreed there: the same call on every rank)."""
+        counts = {c: len(calibration.seconds.get(c, [])) for c in self.candidates}
+        if not calibration.pruned and min(counts.values()) >= 1 and (at_pick or self.agree is None):
+            calibration.pruned = True
+            least = [min(calibration.seconds[c]) for c in self.candidates]
+            if self.agree is not None:
+                least = self.agree(least)
+            fastest = min(least)
+            calibration.dropped += [c for c, t in zip(self.candidates, least) if t > CLEARLY_SLOWER * fastest
+                                    and c not in calibration.carried and c not in calibration.dropped]
+        return [c for c in self.candidates if counts[c] < self.timed_runs and c not in calibration.dropped]
+
+    def _adopt(self, key: tuple) -> Calibration | None:
+        """A new class next to a decided one (the same rows and gradients, each width one step apart at most) whose
+        choice led every other candidate by `NEIGHBOUR_LEAD`: it takes that choice without measuring."""
+        grad, rows, prompt, completion = key
+        if prompt == ANY_WIDTH:
+            return None
+        for other, calibration in self.classes.items():
+            if (calibration.choice is not None and calibration.adopted is None and calibration.lead >= NEIGHBOUR_LEAD
+                    and other[:2] == (grad, rows) and other[2] != ANY_WIDTH
+                    and abs(other[2] - prompt) <= 1 and abs(other[3] - completion) <= 1):
+                self.decided += 1
+                self.classes[key] = adopted = Calibration(choice=calibration.choice, adopted=other,
+                                                          lead=calibration.lead)
+                if self.log:
+                    logger.info("training pass for %s: %s, as for %s (it led by %.1fx there; not measured again)",
+                                describe(key), adopted.choice, describe(other), calibration.lead)
+                return adopted
+        return None
+
     def choice(self, key: tuple) -> str | None:
-        """The class's decided pass, or None while it is measured (or never seen)."""
-        calibration = self.classes.get(key)
+        """The class's decided pass (or a clearly decided neighbour's), or None while it is measured (or never seen)."""
+        calibration = self.classes.get(key) or (self._adopt(key) if self.deciding else None)
         return calibration.choice if calibration is not None else None
+
+    def cut_after(self, key: tuple, candidate: str) -> float | None:
+        """The seconds past which a timed loss run of `candidate` is clearly slower before its backward: its forward
+        alone took `CLEARLY_SLOWER` times the fastest whole run (forward and backward) of another candidate, so the
+        runner drops that forward and does the chunk's work by the fastest instead of paying the backward too. None
+        for a run that may carry one-time costs, before another candidate has a time, and with several ranks (one rank
+        cutting a forward the others finish would call fewer collectives)."""
+        calibration = self.classes.get(key)
+        if (self.agree is not None or calibration is None or calibration.choice is not None or self.timed == 0
+                or (candidate in COMPILES and candidate not in calibration.seconds)):
+            return None
+        others = [min(t) for c, t in calibration.seconds.items() if c != candidate and c in self.candidates and t]
+        finite = [t for t in others if t < math.inf]
+        return CLEARLY_SLOWER * min(finite) if finite else None
+
+    def fastest_so_far(self, key: tuple) -> str:
+        """The candidate with the least time in a class still measured, of those that keep no more for backward than
+        dense (dense before any)."""
+        calibration = self.classes.get(key) or Calibration()
+        dense_bytes = calibration.saved.get(DENSE)
+        timed = {c: min(t) for c, t in calibration.seconds.items() if t and c in self.candidates
+                 and (dense_bytes is None or calibration.saved.get(c, 0) <= dense_bytes * MEMORY_SLACK)}
+        return min(timed, key=timed.get) if timed and min(timed.values()) < math.inf else DENSE
 
     def observe(self, key: tuple, real_share: float) -> bool:
         """A chunk's share of real (unpadded) tokens, from a pass that read it anyway. True when a decided class's
@@ -170,16 +249,23 @@ class PassChooser:
                         "measuring again", describe(key), 100 * recent, 100 * reference)
         return True
 
-    def record(self, key: tuple, candidate: str, seconds: float, saved_bytes: int | None = None) -> bool:
+    def record(self, key: tuple, candidate: str, seconds: float, saved_bytes: int | None = None,
+               cut: bool = False) -> bool:
         """Adds a timed run (and, for a loss pass, the bytes it kept for backward); True when it completes the class's
-        measurements (the class is then decided)."""
+        measurements (the class is then decided). `cut`: the run was stopped past `cut_after` (its forward alone took
+        that long), its seconds a lower bound: the candidate is not run again."""
         calibration = self.classes.get(key)
         if calibration is None or calibration.choice is not None or candidate not in self.candidates:
             return False
+        if cut and candidate not in calibration.dropped:
+            calibration.dropped.append(candidate)
+        if (self.timed == 0 or candidate in COMPILES) and candidate not in calibration.seconds and seconds < math.inf:
+            calibration.carried.append(candidate)  # this run carried one-time costs: never dropped on it alone
+        self.timed += 1
         calibration.seconds.setdefault(candidate, []).append(seconds)
         if saved_bytes is not None:
             calibration.saved[candidate] = min(saved_bytes, calibration.saved.get(candidate, saved_bytes))
-        if self.agree is None and all(len(calibration.seconds.get(c, [])) >= self.timed_runs for c in self.candidates):
+        if self.agree is None and not self._pending(calibration, at_pick=False):
             self._decide(key, calibration)
             return True
         return False  # with several ranks the next `pick` of the class decides, on every rank at once
@@ -198,6 +284,8 @@ class PassChooser:
         fastest = min(lighter, key=best.get)
         baseline = best.get(DENSE, math.inf)
         calibration.choice = fastest if best[fastest] < baseline * (1 - self.margin) or math.isinf(baseline) else DENSE
+        others = [best[c] for c in best if c != calibration.choice]
+        calibration.lead = min(others) / best[calibration.choice] if others and best[calibration.choice] > 0 else 1.0
         if self.log:
             heavier = sorted(set(best) - set(lighter))
             logger.info("training pass for %s: %s (measured: %s%s)", describe(key), calibration.choice,
@@ -213,7 +301,10 @@ class PassChooser:
         return {"candidates": list(self.candidates), "notes": list(self.notes),
                 "classes": [{"key": list(key), "runs": c.runs, "seconds": {n: seconds(t) for n, t in c.seconds.items()},
                              "choice": c.choice, "uses": c.uses, "shares": c.shares, "recent": c.recent,
-                             "saved": c.saved} for key, c in self.classes.items()]}
+                             "saved": c.saved, "carried": c.carried, "dropped": c.dropped, "pruned": c.pruned,
+                             "lead": None if math.isinf(c.lead) else c.lead,
+                             "adopted": None if c.adopted is None else list(c.adopted)}
+                            for key, c in self.classes.items()], "timed": self.timed}
 
     def load_state_dict(self, state: dict) -> int:
         """The classes a checkpoint's chooser had measured and decided, for the candidates this run has (a class
@@ -228,9 +319,13 @@ class PassChooser:
                 runs={c: int(n) for c, n in (entry.get("runs") or {}).items() if c in self.candidates},
                 seconds={c: [math.inf if t is None else float(t) for t in entry["seconds"][c]] for c in keep},
                 choice=choice, uses=int(entry.get("uses") or 0), shares=[float(x) for x in entry.get("shares") or []],
-                recent=entry.get("recent"), saved={c: int(b) for c, b in (entry.get("saved") or {}).items()})
+                recent=entry.get("recent"), saved={c: int(b) for c, b in (entry.get("saved") or {}).items()},
+                carried=list(entry.get("carried") or []), dropped=list(entry.get("dropped") or []),
+                pruned=bool(entry.get("pruned")), lead=math.inf if entry.get("lead", 1.0) is None else entry.get("lead", 1.0),
+                adopted=None if entry.get("adopted") is None else tuple(entry["adopted"]))
             self.classes[tuple(entry["key"])] = calibration
             restored += choice is not None
+        self.timed = max(self.timed, int(state.get("timed") or 0))
         return restored
 
     def decisions(self) -> list[dict]:
@@ -238,7 +333,9 @@ class PassChooser:
         return [{"class": describe(key), "key": list(key), "pass": c.choice,
                  "seconds": {name: None if math.isinf(min(times)) else min(times)
                              for name, times in c.seconds.items() if times},
-                 **({"saved_for_backward_bytes": dict(c.saved)} if c.saved else {})}
+                 **({"saved_for_backward_bytes": dict(c.saved)} if c.saved else {}),
+                 **({"runs": {name: len(times) for name, times in c.seconds.items()}} if c.seconds else {}),
+                 **({"as_for": describe(c.adopted)} if c.adopted is not None else {})}
                 for key, c in self.classes.items() if c.choice is not None]
 
 
@@ -259,15 +356,22 @@ class PassTimer:
         self.saved_bytes = None
         self.running = (chooser, key, candidate, self.clock())
 
-    def stop(self, unusable: bool = False) -> bool:
-        """Reports the running timing (infinite when `unusable`: the candidate could not take the chunk) and the bytes
-        its forward kept for backward; True when that decided its class."""
+    def elapsed(self) -> float:
+        """Seconds since the running timing started (the device synchronised: it is being timed anyway)."""
+        self.synchronize()
+        return self.clock() - self.running[3]
+
+    def stop(self, unusable: bool = False, cut: bool = False) -> bool:
+        """Reports the running timing (infinite when `unusable`: the candidate could not take the chunk; a lower bound
+        when `cut`: stopped after its forward) and the bytes its forward kept for backward; True when that decided its
+        class."""
         if self.running is None:
             return False
         self.synchronize()
         chooser, key, candidate, started = self.running
         self.running = None
-        return chooser.record(key, candidate, math.inf if unusable else self.clock() - started, self.saved_bytes)
+        return chooser.record(key, candidate, math.inf if unusable else self.clock() - started, self.saved_bytes,
+                              cut=cut)
 
     def discard(self) -> None:
         self.running = None
@@ -476,10 +580,18 @@ class PassRunner:
             timed = False
         if timed:
             self.timer.start(passes.chooser, key, choice)
+        cut_after = passes.chooser.cut_after(key, choice) if timed and grad else None
         with counted_saved_bytes(timed and grad) as saved:
             result = self.run(model, passes, dense, choice, ids, mask, width, compute_entropy, key)
         if timed and grad:
             self.timer.saved_bytes = saved[0]
+        if result is not None and cut_after is not None and self.timer.elapsed() > cut_after:
+            # Clearly slower by its forward alone: its backward is not paid; the fastest so far does the chunk's work
+            del result
+            if self.timer.stop(cut=True):
+                self.save_record()
+            faster = passes.chooser.fastest_so_far(key)
+            return self.run(model, passes, dense, faster, ids, mask, width, compute_entropy)
         if result is None:  # the packed row is too long for a dense mask: this chunk takes the dense pass
             if timed:
                 self.timer.stop(unusable=True)
