@@ -385,7 +385,9 @@ RIGHT_IN_EVERY_FORM = [  # (gold as datasets write it, a right answer): Open-R1'
     ("2, 3", r"\boxed{3, 2}"), ("2 and 3", r"\boxed{2, 3}"), ("1,2,3", r"\boxed{1,2,3}"),
     ("A", r"\boxed{A}"), ("(A)", r"\boxed{A}"), ("B", "<answer>(B)</answer>"), ("C", r"\boxed{\text{C}}"),
     ("D", r"so the answer is \boxed{(D)}"), ("yes", r"\boxed{yes}"), ("No", "<answer>no</answer>"),
-    ("True", r"\boxed{\text{True}}"), ("False", r"\boxed{false}"),
+    ("True", r"\boxed{\text{True}}"), ("False", r"\boxed{false}"), ("B", r"\boxed{\textit{B}}"), ("B", r"\boxed{[B]}"),
+    ("B", r"\boxed{$B$}"), ("B", r"\boxed{\mbox{B}\;}"),
+    ("12 dollars", r"\boxed{12 dollars}"), ("12 apples", r"\boxed{12 apples}"), ("1e-5", r"\boxed{0.00001}"),
 ]
 WRONG_IN_EVERY_FORM = [
     (r"\begin{pmatrix}1&2\\3&4\end{pmatrix}", r"\boxed{\begin{pmatrix}1&2\\4&3\end{pmatrix}}"),
@@ -400,6 +402,13 @@ WRONG_IN_EVERY_FORM = [
     ("D", r"\boxed{D. 42}"),
     ("yes", r"\boxed{sey}"),  # (plain math-verify pays this one: it reads both as the product y*e*s)
     ("yes", "<answer>no</answer>"), ("No", r"\boxed{yes}"),
+    # (an attacker's review, 2026-12-07: each of these was paid by one judge or the other)
+    ("3+4i", r"\boxed{\infty}"), (r"3 \pm 4i", r"\boxed{\infty, -\infty}"), ("1000000+i", r"\boxed{1000000}"),
+    (r"\pm 3", r"\boxed{3 = \pm 3}"), ("3", r"\boxed{\pm 3 = 3}"), ("2i", r"\boxed{7 = 2i}"),
+    (r"\begin{pmatrix}1&2\\3&4\end{pmatrix}", r"\boxed{\begin{pmatrix}1&2\\3&5=4\end{pmatrix}}"),
+    ("12", r"\boxed{12 thousand}"), ("5", r"\boxed{5 squared}"), ("12 apples", r"\boxed{12 oranges}"),
+    ("12", r"\boxed{12 cm} \boxed{13 cm}"), ("12", r"\boxed{12 \text{ cm}} or \boxed{13 \text{ cm}}"),
+    ("1e-5", r"\boxed{1}"), ("1e-5", r"\boxed{e-5}"), ("5 to 7", r"\boxed{35ot}"),
 ]
 
 
@@ -455,6 +464,14 @@ def test_no_gold_open_r1_pays_itself_for_goes_unpaid_here(judged_by):
     below = [gold for gold in GOLDS if open_r1_pays(gold, rf"\boxed{{{gold}}}")
              and JUDGES[judged_by](gold, rf"\boxed{{{gold}}}") is not True]
     assert below == []
+
+
+def test_a_gold_with_many_spaces_is_read_in_bounded_time():
+    outcome = []
+    worker = threading.Thread(target=lambda: outcome.append(judge(" " * 3000 + "x", r"\boxed{x}")), daemon=True)
+    worker.start()
+    worker.join(timeout=60)  # (a backtracking pattern took 187 s here; a judgement takes milliseconds)
+    assert outcome and outcome[0] in (CORRECT, WRONG, UNPARSEABLE_GOLD)
 
 
 def test_a_bare_word_that_is_no_formula_and_no_choice_stays_unjudged():

@@ -30,7 +30,7 @@ import math
 import re
 from fractions import Fraction
 
-from r1kit.judging.units import unit
+from r1kit.judging.units import VALUE_WORDS, unit
 
 MAX_CHARS = 2_000
 MAX_DEPTH = 60
@@ -73,11 +73,17 @@ def _text_part(match: re.Match) -> str:
     return "" if re.fullmatch(r"[A-Za-z .]*", inner) else inner + (match[2] or "")
 
 
+_SCIENTIFIC = re.compile(r"([-+]?\d+(?:\.\d+)?)[eE]([-+]?\d{1,2})")
+
+
 def clean(text: str) -> str:
-    """The answer's text with formatting, units and degree signs dropped, words `or`/`and` made commas."""
+    """The answer's text with formatting, units and degree signs dropped, words `or`/`and` made commas, a number in
+    scientific notation written out (`1e-5`, not 1 e - 5)."""
     text = str(text).strip()
     if len(text) > MAX_CHARS:
         raise Unreadable("too long")
+    if found := _SCIENTIFIC.fullmatch(text):
+        text = str(Fraction(found[1]) * Fraction(10) ** int(found[2]))
     text = _TEXT.sub(_text_part, text)
     text = _DEGREES.sub("", text)
     for old in _DROP:
@@ -395,9 +401,10 @@ def numbers(node) -> list[Fraction]:
 def close(a: Number, b: Number) -> bool:
     if isinstance(a, Fraction) and isinstance(b, Fraction):
         return a == b
-    if isinstance(a, complex) or isinstance(b, complex):
+    if isinstance(a, complex) or isinstance(b, complex):  # part by part: 10^6 + i is not 10^6
         a, b = complex(a), complex(b)
-        return abs(a - b) <= RELATIVE * max(1.0, abs(a), abs(b))
+        return all(math.isfinite(x) and math.isfinite(y) and abs(x - y) <= RELATIVE * max(1.0, abs(x), abs(y))
+                   for x, y in ((a.real, b.real), (a.imag, b.imag)))
     try:
         a, b = float(a), float(b)
     except OverflowError:  # an exact number past floating point (`10^{400}`) against a float (`\\sqrt{2}`, `\\pi`)
@@ -514,26 +521,41 @@ def statement(text: str) -> tuple[list[str], list[str]]:
     return sides + [text[start:].strip()], ops
 
 
-def _number(side: str) -> Number | None:
-    """The number a side names, or None (variables, a set, outside the grammar)."""
-    try:
-        tree = parse(side)
-        return None if tree[0] in ("set", "list", "seq") or variables(tree) else evaluate(tree, {})
-    except (Unreadable, RecursionError):
-        return None
-
-
 def _form(answer_text: str, gold_text: str) -> bool:
     """Whether the answer's form allows it to equal the gold: no relation with a side missing, no order or `\\neq`
     relation (the gold states none), the numbers of an `=` chain equal, and no unit other than the gold's."""
     sides, ops = statement(answer_text)
     if ops and (not all(sides) or set(ops) - {"="}):
         return False
-    numbers_named = [n for n in (_number(side) for side in sides) if n is not None] if ops else []
-    if any(not close(numbers_named[0], other) for other in numbers_named[1:]):
+    if ops and not _chain_agrees(sides):
         return False
+    stated = [unit(side) for side in sides]
+    if any(u is not None and u.split("^")[0] in VALUE_WORDS for u in stated):
+        return False  # `12 thousand`, `5 squared`, `2 cos`: a word that changes the value is no unit
     gold_unit = unit(statement(gold_text)[0][-1])
-    return gold_unit is None or all(unit(side) in (None, gold_unit) for side in sides)
+    return gold_unit is None or all(u in (None, gold_unit) for u in stated)
+
+
+def _chain_agrees(sides: list[str]) -> bool:
+    """Every side of an `=` chain that names no variable equals the value the chain ends in (`6 \\cdot 7 = 42`;
+    not `42 = 41`, `\\pm 3 = 3`, `7 = 2i`); a side outside the grammar is not read, one that has no value is wrong."""
+    try:
+        last = parse(sides[-1])
+    except (Unreadable, RecursionError):
+        return True
+    for side in sides[:-1]:
+        try:
+            tree = parse(side)
+        except (Unreadable, RecursionError):
+            continue
+        if variables(tree) - variables(last) or (variables(tree) and tree[0] == "var"):
+            continue  # a name (`x = 4`) or an expression in the question's variables
+        try:
+            if not equal(last, tree):
+                return False
+        except (Unreadable, RecursionError, ArithmeticError, ValueError, TypeError):
+            return False
+    return True
 
 
 def _oriented(sides: list[str], ops: list[str]) -> tuple[list[str], list[str]]:
@@ -561,15 +583,17 @@ def _judge_relation(answer_text: str, gold_sides: list[str], gold_ops: list[str]
 # --------------------------------------------------------------------------------------------------------------------
 # Golds that are no single expression: a word or a choice, a matrix
 # --------------------------------------------------------------------------------------------------------------------
-_CHOICE = re.compile(r"^\(?([A-Ja-j])\)?\.?$")
+_CHOICE = re.compile(r"^[(\[{]?([A-Ja-j])[)\]}]?\.?$")
 WORDS = ("yes", "no", "true", "false")
-_WRAPPER = re.compile(r"\\(?:text|textbf|textit|mathrm|mathbf|mbox)\s*\{([^{}]*)\}")
+_WRAPPER = re.compile(r"\\(?:text|textbf|textit|textrm|mathrm|mathbf|mathit|mbox)\s*\{([^{}]*)\}")
+_SPACES = re.compile(r"\\[,;:! ()\[\]]|~|\s")  # spacing and `\\(`, `\\[`: none of them the word
 
 
 def word(text: str, gold: bool = False) -> str | None:
     """A multiple-choice letter (`A`, `(B)`, `C.`, `\\text{D}`), upper-case, or yes / no / true / false, lower-case;
     None for anything else. A gold's letter must be upper-case (a lower-case one is a variable, `e` a constant)."""
-    text = _WRAPPER.sub(r"\1", str(text)[:MAX_CHARS]).replace("*", "").replace("$", "").strip().rstrip(".").strip()
+    text = _WRAPPER.sub(r"\1", str(text)[:MAX_CHARS])
+    text = _SPACES.sub("", text.replace("*", "").replace("$", "")).strip().rstrip(".").strip()
     choice = _CHOICE.match(text)
     if choice and (not gold or choice[1].isupper()):
         return choice[1].upper()
@@ -580,8 +604,8 @@ def word(text: str, gold: bool = False) -> str | None:
 _MATRIX = re.compile(r"\\begin\{(?P<kind>[pbB]?matrix|array)\}(?:\{[^{}]*\})?(?P<body>.*?)\\end\{(?P=kind)\}", re.S)
 
 
-def matrix(text: str) -> list[list] | None:
-    """The parsed cells, row by row, of the matrix `text` is; None when it holds none; `Unreadable` when it holds more
+def matrix(text: str) -> list[list[str]] | None:
+    """The cells, row by row, of the matrix `text` is (each read by the grammar); None when it holds none; `Unreadable` when it holds more
     than one matrix alone (an expression around it, a second matrix)."""
     text = str(text)
     if len(text) > MAX_CHARS:
@@ -594,17 +618,24 @@ def matrix(text: str) -> list[list] | None:
         raise Unreadable("more than a matrix")
     body = found["body"].replace("\\hline", "")
     rows = [row for row in re.split(r"\\\\(?:\[[^\]]*\])?", body) if row.strip()]
-    return [[parse(cell) for cell in row.split("&")] for row in rows]
+    cells = [[cell.strip() for cell in row.split("&")] for row in rows]
+    for row in cells:
+        for cell in row:
+            parse(cell)  # outside the grammar: Unreadable
+    return cells
 
 
-def _judge_matrix(answer_text: str, gold: list[list]) -> Verdict:
-    """A matrix gold: the answer's matrix of the same shape, cell by cell; any other readable answer is wrong."""
+def _judge_matrix(answer_text: str, gold: list[list[str]]) -> Verdict:
+    """A matrix gold: the answer's matrix of the same shape, each cell judged against the gold's as a value (its
+    form and unit included); any other readable answer is wrong."""
     answer = matrix(answer_text)
     if answer is None:
         parse(answer_text)  # unreadable: no verdict; readable: a value that is no matrix
         return False
-    return [len(row) for row in answer] == [len(row) for row in gold] and all(
-        equal(g, a) for gold_row, answer_row in zip(gold, answer) for g, a in zip(gold_row, answer_row))
+    if [len(row) for row in answer] != [len(row) for row in gold]:
+        return False
+    verdicts = [judge(a, g) for gold_row, answer_row in zip(gold, answer) for g, a in zip(gold_row, answer_row)]
+    return False if False in verdicts else (None if None in verdicts else True)
 
 
 def judge(answer_text: str | None, gold_text, question: str | None = None) -> Verdict:

@@ -20,6 +20,10 @@ def _units() -> dict[str, str]:
 
 
 UNIT_NAMES = _units()
+# Words after a number that change its value: no unit (the judge's trailing-word rule would drop them)
+VALUE_WORDS = frozenset({"hundred", "thousand", "million", "billion", "trillion", "dozen", "score", "half", "quarter",
+                         "third", "squared", "cubed", "factorial", "inverse", "reciprocal", "negative", "times",
+                         "sqrt", "root", "sin", "cos", "tan", "cot", "sec", "csc", "log", "ln", "exp", "power"})
 _GENERIC_UNITS = ("unit", "squareunit", "squnit", "cubicunit")
 _UNIT_AT_END = re.compile(
     r"(?:\\(?:text|mathrm|textrm|mbox)\s*\{\s*(?P<text>[A-Za-z][A-Za-z ./]{0,30})\}"

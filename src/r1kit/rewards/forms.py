@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import re
 
+from r1kit.rewards.text import last_answer_block
+
 EQUALITY = frozenset("=≈")  # `\approx` is read as `=`: every side must hold the same value
 ORDER = frozenset("≠<>≤≥")
 MAX_BOXES = 64  # boxes read from one answer (math-verify reads all of them)
@@ -276,3 +278,119 @@ def is_math(text: str) -> bool:
     """Whether `text` is one formula rather than prose: no word of three letters outside a command or `\\text{}`."""
     bare = re.sub(rf"\\(?:{_TEXT_COMMANDS})\s*\{{[^{{}}]{{0,200}}\}}|\\[A-Za-z]+", " ", str(text)[:2_000])
     return len(text) <= 2_000 and not re.search(r"[A-Za-z]{3,}", bare)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Golds the plain reading misreads, and golds that are words
+# --------------------------------------------------------------------------------------------------------------------
+def squeezed(text: str) -> str:
+    return re.sub(r"\s+", "", text)
+
+
+def reads_whole(parsed: list, text: str) -> bool:
+    """Whether the plain reading took the whole gold: it took the first number only of `2a+b` or `3k+1`, the last of
+    `2, 3` (so that `\\boxed{3}` was paid for `3k+1` and `\\boxed{2, 3}` was wrong for `2, 3`)."""
+    return squeezed(str(parsed[-1])) == squeezed(text)
+
+
+MATH_MARKS = re.compile(r"[\d+\-*/^=(),\[\]{}\\|<>&]")
+LETTERS = re.compile(r"(?<![\\A-Za-z])[A-Za-z]{2,}")
+FUNCTION_NAMES = frozenset({"sqrt", "sin", "cos", "tan", "log", "ln", "exp", "pi"})
+CONNECTIVES = re.compile(r"\b(?:and|or)\b")
+ENVIRONMENT = re.compile(r"\\(?:begin|end)\{[A-Za-z*]+\}")  # `\begin{pmatrix}`: no word
+# What the LaTeX reading would misread where the plain one reads right: a number in scientific notation (`1e-5`, not
+# e - 5), numbers side by side (`3 4 5`, not their product), a ratio or a time (`1:2`, `12:30`), a version (`1.5.2`)
+NOT_A_FORMULA = re.compile(r"\d[eE][-+]?\d|\d\s+\d|:|\d\.\d+\.\d")
+
+
+def plain_formula(gold: str) -> bool:
+    """Whether a gold the plain reading took in part is a formula to read whole: no word or unit in it (`5 cm`,
+    `12 dollars`, `5 to 7`, `6xyz`; function names and `and`/`or` between answers are no words), none of
+    `NOT_A_FORMULA`."""
+    text = CONNECTIVES.sub(",", ENVIRONMENT.sub("", gold))
+    return not NOT_A_FORMULA.search(text) and all(m[0] in FUNCTION_NAMES for m in LETTERS.finditer(text))
+
+
+# A unit word after a number at the end of a box (`\boxed{12 dollars}`): read as the unit it is, `\text{ dollars}`
+# (sympy would read a product of letters), when it is a known unit or the gold's own word (`12 apples`)
+BOXED_UNIT = re.compile(r"(?<=\d)(\s*)([A-Za-z]{2,}(?:/[A-Za-z]+)?)(?=\s*\})")
+
+
+GOLD_UNIT = re.compile(r"\d\s*([A-Za-z]{2,}(?:/[A-Za-z]+)?)\s*$")
+
+
+def units_as_text(answer: str, gold: str) -> str:
+    found = GOLD_UNIT.search(gold[-MAX_UNIT_GOLD:])
+    gold_words = {found[1].lower()} if found else set()
+
+    def as_text(m: re.Match) -> str:
+        word = m[2]
+        known = word in UNIT_WORDS or word.split("/")[0] in UNIT_WORDS or word.lower() in gold_words
+        return rf"\text{{ {word}}}" if known else m[0]
+
+    return BOXED_UNIT.sub(as_text, answer)
+
+
+MAX_UNIT_GOLD = 200  # characters at a gold's end where its unit word stands
+MAX_COMPLEX_CHARS = 64
+COMPLEX = re.compile(r"[-+]?[\d.]*([-+][\d.]*)?\\?i|[-+]?[\d.]+[-+][\d.]*i")
+
+
+def is_complex(gold: str) -> bool:
+    """A gold that states a complex number (`3+4i`, `-2i`, `1-i`); spaces dropped first (the pattern has none to
+    backtrack over)."""
+    text = squeezed(gold)
+    return len(text) <= MAX_COMPLEX_CHARS and COMPLEX.fullmatch(text) is not None
+
+
+# A gold that is a word or a choice, not mathematics: sympy would read `yes` as the product y*e*s, and pay `sey`
+CHOICE = re.compile(r"^\(?([A-J])\)?\.?$")  # (upper case: a lower-case letter is more often a variable, `e` a constant)
+ANSWER_CHOICE = re.compile(r"^[(\[{]?([A-Ja-j])[)\]}]?\.?$")  # an answer's letter, either case (`(b)`, `[B]`)
+WORDS = {"yes", "no", "true", "false"}
+
+
+def word_gold(gold: str, choices: re.Pattern = CHOICE) -> str | None:
+    """A multiple-choice letter (`A`, `(B)`, `C.`) or yes / no / true / false, normalised (upper-case letter,
+    lower-case word); None for any other gold."""
+    text = gold.strip()
+    choice = choices.match(text)
+    if choice:
+        return choice[1].upper()
+    return text.lower().rstrip(".") if text.lower().rstrip(".") in WORDS else None
+
+
+def word_answer(answer: str) -> str | None:
+    """The answer's final word or letter: its last box, else its last <answer> block, normalised as `word_gold`
+    normalises a gold (`\\text{(B)}`, `**Yes**` and `B.` included); None when neither holds one alone."""
+    boxes = boxed(answer)
+    final = boxes[-1][0] if boxes else last_answer_block(answer)
+    if final is None:
+        return None
+    text = TEXT_WRAPPER.sub(r"\1", final[-MAX_WORD_CHARS:])
+    return word_gold(FORMATTING.sub("", text.replace("*", "").replace("$", "")), ANSWER_CHOICE)
+
+
+MAX_WORD_CHARS = 200
+TEXT_WRAPPER = re.compile(r"\\(?:text|textbf|textit|textrm|mathrm|mathbf|mathit|mbox)\s*\{([^{}]*)\}")
+FORMATTING = re.compile(r"\\[,;:! ()\[\]]|~|\s")  # spacing, `\(`, `\[`: the word stands alone without them
+
+
+SCIENTIFIC = re.compile(r"\s*([-+]?\d+(?:\.\d+)?[eE][-+]?\d{1,2})\s*")
+BOXED_SCIENTIFIC = re.compile(r"(\\boxed\{)\s*([-+]?\d+(?:\.\d+)?[eE][-+]?\d{1,2})\s*(\})")
+
+
+def boxed_decimals(answer: str) -> str:
+    """A box holding a number in scientific notation written out (`\\boxed{1e-5}`), as its gold is (`plain_decimal`)."""
+    from decimal import Decimal
+
+    return BOXED_SCIENTIFIC.sub(lambda m: m[1] + format(Decimal(m[2]), "f") + m[3], answer)
+
+
+def plain_decimal(gold: str) -> str:
+    """A gold in scientific notation written out (`1e-5` -> `0.00001`): math-verify reads `1e-5` as 1 plainly and as
+    e - 5 in LaTeX, so that `\\boxed{1}` was paid for it."""
+    from decimal import Decimal
+
+    found = SCIENTIFIC.fullmatch(gold)
+    return format(Decimal(found[1]), "f") if found else gold
+

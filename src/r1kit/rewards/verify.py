@@ -52,16 +52,24 @@ from r1kit.credentials import without_secrets
 from r1kit.rewards.forms import (
     DELIMITERS,
     EQUALITY,
+    MATH_MARKS,
     ORDER,
-    UNIT_WORDS,
     anchored,
     boxed,
+    boxed_decimals,
     gold_texts,
+    is_complex,
     is_math,
+    plain_decimal,
+    plain_formula,
+    reads_whole,
     relations,
     unit_after,
     units,
+    units_as_text,
     value_text,
+    word_answer,
+    word_gold,
 )
 from r1kit.rewards.text import last_answer_block, log_once
 
@@ -179,70 +187,19 @@ def _parse_gold(gold: str, limit: int | None) -> list:
     math-verify."""
     from math_verify import parse
 
-    text = join_digit_groups(gold)
-    if _undelimited_formula(gold) or COMPLEX.search(gold):
+    text = join_digit_groups(plain_decimal(gold))
+    if _undelimited_formula(gold) or is_complex(gold):
         parsed = parse(f"${text}$", extraction_config=_CONFIGS[0][:1], extraction_mode="first_match",
                        parsing_timeout=limit)
         if parsed and not isinstance(parsed[0], str):
             return one_reading(parsed)
     parsed = parse(text, extraction_config=_CONFIGS[0], extraction_mode="first_match", parsing_timeout=limit)
-    if (not _reads_whole(parsed, text) and not DELIMITERS.search(gold) and "\\boxed" not in gold
-            and MATH_MARKS.search(gold) and not any(unit_or_word(m[0]) for m in LETTERS.finditer(CONNECTIVES.sub(",", ENVIRONMENT.sub("", gold))))):
+    if not DELIMITERS.search(gold) and "\\boxed" not in gold and MATH_MARKS.search(gold) and (
+            not parsed or isinstance(parsed[0], str) or (not reads_whole(parsed, text) and plain_formula(gold))):
         wrapped = parse(f"${text}$", extraction_config=_CONFIGS[0], extraction_mode="first_match", parsing_timeout=limit)
         if wrapped and not isinstance(wrapped[0], str):
             return one_reading(wrapped)
     return one_reading(parsed)
-
-
-def _reads_whole(parsed: list, text: str) -> bool:
-    """Whether the plain reading took the whole gold: it reads the first number only of `2a+b`, `3k+1` or `2, 3`
-    (so that `\\boxed{3}` was paid for `3k+1` and `\\boxed{2, 3}` was wrong for `2, 3`)."""
-    return bool(parsed) and not isinstance(parsed[0], str) and re.sub(r"\s+", "", str(parsed[-1])) == re.sub(
-        r"\s+", "", text)
-
-
-MATH_MARKS = re.compile(r"[\d+\-*/^=(),\[\]{}\\|<>&]")
-# A run of letters that is a unit or a word (`5 cm`, `12 dollars`, `abc`; not `ab` in `2ab`): the plain reading keeps
-# its number (sympy would read `12 dollars` as a product of letters); `and`/`or` join several answers (`2 and 3`)
-LETTERS = re.compile(r"(?<![\\A-Za-z])[A-Za-z]{2,}")
-# The same after a number at the end of a box (`\boxed{12 dollars}`): read as the unit it is, `\text{ dollars}`
-BOXED_UNIT = re.compile(r"(?<=\d)(\s*)([A-Za-z]{2,}(?:/[A-Za-z]+)?)(?=\s*\})")
-
-
-def unit_or_word(letters: str) -> bool:
-    return len(letters) > 2 or letters in UNIT_WORDS or letters.split("/")[0] in UNIT_WORDS
-
-
-def _units_as_text(answer: str) -> str:
-    return BOXED_UNIT.sub(lambda m: rf"\text{{ {m[2]}}}" if unit_or_word(m[2]) else m[0], answer)
-CONNECTIVES = re.compile(r"\b(?:and|or)\b")
-ENVIRONMENT = re.compile(r"\\(?:begin|end)\{[A-Za-z*]+\}")  # `\begin{pmatrix}`: no word
-COMPLEX = re.compile(r"^\s*[-+]?\s*[\d.]*\s*([-+]\s*[\d.]*\s*)?\\?i\s*$|^\s*[-+]?[\d.]+\s*[-+]\s*[\d.]*\s*i\s*$")
-# A gold that is a word or a choice, not mathematics: sympy would read `yes` as the product y*e*s, and pay `sey`
-CHOICE = re.compile(r"^\(?([A-J])\)?\.?$")  # (upper case: a lower-case letter is more often a variable, `e` a constant)
-ANSWER_CHOICE = re.compile(r"^\(?([A-Ja-j])\)?\.?$")  # an answer's letter, either case (`(b)`)
-WORDS = {"yes", "no", "true", "false"}
-
-
-def word_gold(gold: str, choices: re.Pattern = CHOICE) -> str | None:
-    """A multiple-choice letter (`A`, `(B)`, `C.`) or yes / no / true / false, normalised (upper-case letter,
-    lower-case word); None for any other gold."""
-    text = gold.strip()
-    choice = choices.match(text)
-    if choice:
-        return choice[1].upper()
-    return text.lower().rstrip(".") if text.lower().rstrip(".") in WORDS else None
-
-
-def word_answer(answer: str) -> str | None:
-    """The answer's final word or letter: its last box, else its last <answer> block, normalised as `word_gold`
-    normalises a gold (`\\text{(B)}`, `**Yes**` and `B.` included); None when neither holds one alone."""
-    boxes = boxed(answer)
-    final = boxes[-1][0] if boxes else last_answer_block(answer)
-    if final is None:
-        return None
-    text = re.sub(r"\\(?:text|textbf|mathrm|mathbf)\{([^{}]*)\}", r"\1", final).replace("*", "").strip()
-    return word_gold(text, ANSWER_CHOICE)
 
 
 MAX_SIDES = 16  # sides of an answer's equations evaluated; an answer stating more is wrong
@@ -251,13 +208,15 @@ MAX_SIDES = 16  # sides of an answer's equations evaluated; an answer stating mo
 def _side_value(side: str, limit: int | None):
     """The number one side of an equation names (its unit dropped), or None where it names none (a variable, text)."""
     from math_verify import parse
-    from sympy import Basic
+    from sympy import Basic, I
 
     text = value_text(side)
     if not text:
         return None
     parsed = parse(f"${text}$", extraction_config=_CONFIGS[0][:1], extraction_mode="first_match", parsing_timeout=limit)
     value = one_reading(parsed)[0] if parsed else None
+    if isinstance(value, Basic) and {getattr(x, "name", None) for x in value.free_symbols} == {"i"}:
+        value = value.subs({x: I for x in value.free_symbols})  # a complex number (`7 = 2i` states two values)
     return value if isinstance(value, Basic) and value.is_number else None
 
 
@@ -343,7 +302,7 @@ def judge(gold: str, answer: str, limit: int | None = None) -> str:
     gold_parsed = _parse_gold(str(gold), limit)
     if not gold_parsed:
         return UNPARSEABLE_GOLD
-    answer = _units_as_text(join_digit_groups(str(answer)[-MAX_ANSWER_CHARS:]))
+    answer = boxed_decimals(units_as_text(join_digit_groups(str(answer)[-MAX_ANSWER_CHARS:]), str(gold)))
     if digits_kept_apart(final_answer_region(answer)):
         return WRONG
     if _has_huge_power(answer) and not _has_huge_power(str(gold)):
@@ -363,7 +322,30 @@ def judge(gold: str, answer: str, limit: int | None = None) -> str:
             )
     if not answer_parsed or not verify(gold_parsed, one_reading(answer_parsed), timeout_seconds=limit):
         return WRONG
+    if _boxes_disagree(str(gold), gold_parsed, answer, answer_cfg, limit):
+        return WRONG
     return WRONG if form_differs(str(gold), gold_parsed, answer, answer_parsed, block, limit) else CORRECT
+
+
+MAX_DISTINCT_BOXES = 4  # boxes of different text judged one by one; more is a hedge
+
+
+def _boxes_disagree(gold: str, gold_parsed: list, answer: str, answer_cfg, limit: int | None) -> bool:
+    """Several boxes for a gold of one value, one of them not the gold: a hedge, wrong however math-verify reads them
+    together (it paid `\\boxed{12 \\text{ cm}} \\boxed{13 \\text{ cm}}` for 12, reading the first)."""
+    from math_verify import parse, verify
+
+    contents = list(dict.fromkeys(content.strip() for content, _ in boxed(answer) if content.strip()))
+    if len(contents) <= 1 or re.search(r",|\\pm|\\mp|\band\b|\bor\b", gold):
+        return False
+    if len(contents) > MAX_DISTINCT_BOXES:
+        return True
+    for content in contents:
+        read = parse(f"\\boxed{{{content}}}", extraction_config=answer_cfg, extraction_mode="first_match",
+                     parsing_timeout=limit)
+        if not read or not verify(gold_parsed, one_reading(read), timeout_seconds=limit):
+            return True
+    return False
 
 
 def _judge_reporting(gold: str, answer: str, limit: int | None) -> tuple[str, str | None]:
