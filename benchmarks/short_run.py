@@ -2,6 +2,7 @@
 long, the steps where r1kit measures its training passes included.
 
     OMP_NUM_THREADS=1 python benchmarks/short_run.py [--steps 24] [--at 4] [--repeats 2] [--completion-length 16] [--micro-batch 16]
+        [--baseline-src OTHER_CHECKOUT/src]
 
 The runners and the settings are `benchmarks/step_profile.py`'s, on a random Llama (6 layers, 384 wide: the training
 pass is most of a step) with the demo tokenizer: Open-R1's system prompt before each short addition problem, 16 completions of
@@ -15,13 +16,14 @@ TRL's for each. Goal (issue 55): <= 0.75x at 4 steps, <= 0.65x at 24.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from step_profile import RUNNERS, build_random_llama, in_subprocess, settings  # noqa: E402
+from step_profile import build_random_llama, in_subprocess, settings  # noqa: E402
 
 
 def main() -> int:
@@ -34,18 +36,26 @@ def main() -> int:
     parser.add_argument("--hidden", type=int, default=384)
     parser.add_argument("--layers", type=int, default=6)
     parser.add_argument("--out", default="/tmp/r1kit-short-run")
+    parser.add_argument("--baseline-src", help="also run r1kit from this source folder (another checkout's src/)")
     opts = parser.parse_args()
     out = Path(opts.out)
     model = out / "llama"
     build_random_llama(model, hidden=opts.hidden, intermediate=opts.hidden * 8 // 3, layers=opts.layers, heads=4,
                        kv_heads=4)
-    sums: dict[str, dict[int, list[float]]] = {runner: {opts.at: [], opts.steps: []} for runner in RUNNERS}
+    names = ["r1kit", "trl"] + (["baseline"] if opts.baseline_src else [])
+    sums: dict[str, dict[int, list[float]]] = {name: {opts.at: [], opts.steps: []} for name in names}
     for repeat in range(opts.repeats):
-        order = list(RUNNERS) if repeat % 2 == 0 else list(reversed(RUNNERS))
+        order = names if repeat % 2 == 0 else list(reversed(names))
         for runner in order:
             fields = settings(out / runner, opts.steps, completions=16, generations=8,
                               length=opts.completion_length, bf16=False, micro_batch=opts.micro_batch)
-            result = in_subprocess(runner, str(model), fields, warmup=0)
+            saved = os.environ.get("PYTHONPATH")
+            if runner == "baseline":  # r1kit, imported from the other checkout
+                os.environ["PYTHONPATH"] = opts.baseline_src
+            try:
+                result = in_subprocess("r1kit" if runner == "baseline" else runner, str(model), fields, warmup=0)
+            finally:
+                os.environ.pop("PYTHONPATH", None) if saved is None else os.environ.__setitem__("PYTHONPATH", saved)
             if result is None:
                 return 1
             every = result["every_step"]
@@ -54,8 +64,10 @@ def main() -> int:
             print(f"repeat {repeat} {runner}: steps {', '.join(f'{t:.2f}' for t in every)} s"
                   + (f"; passes {result['passes']}" if result["passes"] else ""), flush=True)
     for n in (opts.at, opts.steps):
-        ours, plain = statistics.median(sums["r1kit"][n]), statistics.median(sums["trl"][n])
-        print(f"{n} steps: r1kit {ours:.1f} s, plain TRL {plain:.1f} s, {ours / plain:.2f}x")
+        plain = statistics.median(sums["trl"][n])
+        for name in [x for x in names if x != "trl"]:
+            ours = statistics.median(sums[name][n])
+            print(f"{n} steps: {name} {ours:.1f} s, plain TRL {plain:.1f} s, {ours / plain:.2f}x")
     return 0
 
 
