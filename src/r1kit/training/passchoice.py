@@ -220,8 +220,7 @@ class PassChooser:
         return CLEARLY_SLOWER * min(finite) if finite else None
 
     def fastest_so_far(self, key: tuple) -> str:
-        """The candidate with the least time in a class still measured, of those that keep no more for backward than
-        dense (dense before any)."""
+        """The least-timed candidate of a class being measured, keeping no more for backward than dense (or dense)."""
         calibration = self.classes.get(key) or Calibration()
         dense_bytes = calibration.saved.get(DENSE)
         timed = {c: min(t) for c, t in calibration.seconds.items() if t and c in self.candidates
@@ -591,7 +590,8 @@ class PassRunner:
             if self.timer.stop(cut=True):
                 self.save_record()
             faster = passes.chooser.fastest_so_far(key)
-            return self.run(model, passes, dense, faster, ids, mask, width, compute_entropy)
+            result = self.run(model, passes, dense, faster, ids, mask, width, compute_entropy)
+            timed = False
         if result is None:  # the packed row is too long for a dense mask: this chunk takes the dense pass
             if timed:
                 self.timer.stop(unusable=True)
