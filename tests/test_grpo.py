@@ -208,8 +208,8 @@ def test_a_run_killed_after_its_passes_were_measured_resumes_bit_exact(tmp_path,
     """`training_pass: auto` (the default) measures its passes in the first steps; their decisions travel with each
     checkpoint, so the same command after a kill -9 computes every later step with the passes the uninterrupted run
     takes. (Measured again, they were chosen anew, by timings: grad norms differed from the uninterrupted run's at
-    1e-7 relative.) A shape class needs 2 timed micro-batches per candidate: decided within the first 6 steps here,
-    saved at 8. The killed run is the uninterrupted run's folder as a kill -9 right after its save leaves it."""
+    1e-7 relative.) A shape class needs one or two timed micro-batches per candidate: decided within the first 6
+    steps here, saved at 8. The killed run is the uninterrupted run's folder as a kill -9 right after its save leaves it."""
     whole, killed = tmp_path / "whole", tmp_path / "killed"
     for folder in ("w", "k"):
         (tmp_path / folder).mkdir()
