@@ -314,9 +314,8 @@ def plain_formula(gold: str) -> bool:
 # A unit word after a number at the end of a box (`\boxed{12 dollars}`): read as the unit it is, `\text{ dollars}`
 # (sympy would read a product of letters), when it is a known unit or the gold's own word (`12 apples`)
 BOXED_UNIT = re.compile(r"(?<=\d)(\s*)([A-Za-z]{2,}(?:/[A-Za-z]+)?)(?=\s*\})")
-
-
-GOLD_UNIT = re.compile(r"\d\s*([A-Za-z]{2,}(?:/[A-Za-z]+)?)\s*$")
+GOLD_UNIT = re.compile(r"\d\s*([A-Za-z]{2,}(?:/[A-Za-z]+)?)\s*$")  # the word a gold ends in after its number
+MAX_UNIT_GOLD = 200  # characters at a gold's end where its unit word stands
 
 
 def units_as_text(answer: str, gold: str) -> str:
@@ -331,7 +330,6 @@ def units_as_text(answer: str, gold: str) -> str:
     return BOXED_UNIT.sub(as_text, answer)
 
 
-MAX_UNIT_GOLD = 200  # characters at a gold's end where its unit word stands
 MAX_COMPLEX_CHARS = 64
 COMPLEX = re.compile(r"[-+]?[\d.]*([-+][\d.]*)?\\?i|[-+]?[\d.]+[-+][\d.]*i")
 
